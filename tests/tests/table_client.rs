@@ -1,0 +1,404 @@
+//! The Table client against Azurite: tables, typed entities, paging, filters with awkward
+//! keys, point operations and entity group transactions.
+
+use futures::TryStreamExt;
+use tablevault_common::Error;
+use tablevault_common::table::{
+    BatchOperation, Cmp, CreateOutcome, EdmValue, Entity, Filter, Query, TableClient,
+};
+use tablevault_tests::{TestEnv, unique_table};
+
+fn awkward_keys() -> Vec<&'static str> {
+    vec![
+        "",
+        "plain",
+        "o'neil",
+        "''",
+        "100% sure",
+        "%25 encoded%",
+        "a b  c",
+        "ünïcödé",
+        "日本語",
+        "emoji 😀 key",
+        "+plus=equals&amp",
+        "(paren),comma",
+        "tab\u{FFFD}",
+    ]
+}
+
+#[tokio::test]
+async fn tables_create_list_page_and_delete() {
+    let env = TestEnv::start().await;
+    let client = TableClient::new(&env.account).unwrap();
+    let mut names: Vec<String> = (0..5).map(|i| unique_table(&format!("t{i}x"))).collect();
+    for n in &names {
+        assert_eq!(
+            client.create_table(n).await.unwrap(),
+            CreateOutcome::Created
+        );
+    }
+    assert_eq!(
+        client.create_table(&names[0]).await.unwrap(),
+        CreateOutcome::AlreadyExists
+    );
+    // Two names per page forces three pages and NextTableName continuations.
+    let mut listed = client.list_tables_paged(Some(2)).await.unwrap();
+    listed.sort();
+    names.sort();
+    assert_eq!(listed, names);
+    assert!(client.table_exists(&names[1]).await.unwrap());
+
+    client.delete_table(&names[1]).await.unwrap();
+    assert!(!client.table_exists(&names[1]).await.unwrap());
+    let err = client.delete_table(&names[1]).await.unwrap_err();
+    // Azurite says ResourceNotFound here; Azure's table-level code is TableNotFound.
+    assert_eq!(err.status(), Some(404), "{err}");
+    assert!(
+        matches!(err.code(), Some("TableNotFound" | "ResourceNotFound")),
+        "{err}"
+    );
+    // Azurite lets a deleted name be re-created at once (Azure answers TableBeingDeleted
+    // for ~40 s, which create_table waits out).
+    assert_eq!(
+        client.create_table(&names[1]).await.unwrap(),
+        CreateOutcome::Created
+    );
+
+    let err = client.create_table("bad-name").await.unwrap_err();
+    assert!(matches!(err, Error::InvalidRequest { .. }), "{err}");
+}
+
+#[tokio::test]
+async fn missing_table_is_a_clear_404() {
+    let env = TestEnv::start().await;
+    let client = TableClient::new(&env.account).unwrap();
+    let err = client
+        .query_page("nosuchtable", &Query::default(), None)
+        .await
+        .unwrap_err();
+    assert_eq!(err.status(), Some(404));
+    assert_eq!(err.code(), Some("TableNotFound"));
+    assert!(!err.is_retryable());
+}
+
+fn every_type_entity(pk: &str, rk: &str) -> Entity {
+    Entity::new(pk, rk)
+        .with(
+            "Str",
+            EdmValue::String("hello \"world\" <&> \u{1} \r\n\r end".into()),
+        )
+        .with("Empty", EdmValue::String(String::new()))
+        .with("Long", EdmValue::String("x".repeat(32_000)))
+        .with("True", EdmValue::Boolean(true))
+        .with("False", EdmValue::Boolean(false))
+        .with("I32Max", EdmValue::Int32(i32::MAX))
+        .with("I32Min", EdmValue::Int32(i32::MIN))
+        .with("I64Max", EdmValue::Int64(i64::MAX))
+        .with("I64Min", EdmValue::Int64(i64::MIN))
+        .with("DHalf", EdmValue::Double(0.5))
+        .with("DIntegral", EdmValue::Double(3.0))
+        .with("DBig", EdmValue::Double(1e300))
+        .with("DMax", EdmValue::Double(f64::MAX))
+        .with("DSub", EdmValue::Double(5e-324))
+        .with("DNaN", EdmValue::Double(f64::NAN))
+        .with("DInf", EdmValue::Double(f64::INFINITY))
+        .with("DNegInf", EdmValue::Double(f64::NEG_INFINITY))
+        .with("DTenth", EdmValue::Double(0.1))
+        .with(
+            "Dt7",
+            EdmValue::DateTime("2024-01-02T03:04:05.1234567Z".into()),
+        )
+        .with(
+            "DtMin",
+            EdmValue::DateTime("1601-01-01T00:00:00.0000000Z".into()),
+        )
+        .with(
+            "Guid",
+            EdmValue::Guid("c9da6455-213d-42c9-9a79-3e9149a57833".into()),
+        )
+        .with("Bin", EdmValue::Binary((0..=255u8).collect()))
+        .with("BinEmpty", EdmValue::Binary(vec![]))
+}
+
+#[tokio::test]
+async fn entities_keep_exact_types_and_values() {
+    let env = TestEnv::start().await;
+    let client = TableClient::new(&env.account).unwrap();
+    let table = unique_table("types");
+    client.create_table(&table).await.unwrap();
+    let e = every_type_entity("p", "r");
+    client.insert_entity(&table, &e).await.unwrap();
+    let back = client.get_entity(&table, "p", "r").await.unwrap().unwrap();
+    assert!(back.timestamp.is_some() && back.etag.is_some());
+    for (name, value) in &e.properties {
+        assert_eq!(back.get(name), Some(value), "property {name}");
+    }
+    // A query returns the same thing as a point read.
+    let page = client
+        .query_page(&table, &Query::default(), None)
+        .await
+        .unwrap();
+    assert_eq!(page.entities, vec![back]);
+}
+
+#[tokio::test]
+async fn a_table_of_several_pages_is_read_whole_and_in_order() {
+    let env = TestEnv::start().await;
+    let client = TableClient::new(&env.account).unwrap();
+    let table = unique_table("pages");
+    client.create_table(&table).await.unwrap();
+    let mut expected = Vec::new();
+    for p in 0..5 {
+        let pk = format!("part{p}");
+        for chunk in 0..5 {
+            let ops: Vec<BatchOperation> = (0..100)
+                .map(|i| {
+                    let rk = format!("row{:05}", chunk * 100 + i);
+                    expected.push((pk.clone(), rk.clone()));
+                    BatchOperation::Insert(
+                        Entity::new(&pk, &rk).with("N", EdmValue::Int64(i as i64)),
+                    )
+                })
+                .collect();
+            client.submit_batch(&table, &ops).await.unwrap();
+        }
+    }
+    let pages: Vec<_> = client
+        .query(
+            &table,
+            Query {
+                filter: None,
+                top: Some(1000),
+            },
+        )
+        .try_collect()
+        .await
+        .unwrap();
+    assert!(
+        pages.len() >= 3,
+        "2500 entities at 1000 per page: {} pages",
+        pages.len()
+    );
+    let got: Vec<(String, String)> = pages
+        .iter()
+        .flat_map(|p| {
+            p.entities
+                .iter()
+                .map(|e| (e.partition_key.clone(), e.row_key.clone()))
+        })
+        .collect();
+    assert_eq!(got, expected, "every entity once, in key order");
+
+    // A range filter over PartitionKey.
+    let filter =
+        Filter::partition_key(Cmp::Ge, "part1").and(Filter::partition_key(Cmp::Lt, "part3"));
+    let n: usize = client
+        .query(
+            &table,
+            Query {
+                filter: Some(filter),
+                top: Some(333),
+            },
+        )
+        .map_ok(|p| p.entities.len())
+        .try_fold(0, |a, b| async move { Ok(a + b) })
+        .await
+        .unwrap();
+    assert_eq!(n, 1000);
+}
+
+#[tokio::test]
+async fn awkward_keys_work_in_filters_urls_and_batches() {
+    let env = TestEnv::start().await;
+    let client = TableClient::new(&env.account).unwrap();
+    let table = unique_table("keys");
+    client.create_table(&table).await.unwrap();
+    for (i, k) in awkward_keys().into_iter().enumerate() {
+        // Insert (keys in the body), upsert (keys in the URL) and a batch upsert.
+        client
+            .insert_entity(
+                &table,
+                &Entity::new(k, k).with("I", EdmValue::Int32(i as i32)),
+            )
+            .await
+            .unwrap_or_else(|e| panic!("insert {k:?}: {e}"));
+        client
+            .upsert_entity(
+                &table,
+                &Entity::new(k, k).with("I", EdmValue::Int32(-1)),
+                false,
+            )
+            .await
+            .unwrap_or_else(|e| panic!("upsert {k:?}: {e}"));
+        client
+            .submit_batch(
+                &table,
+                &[BatchOperation::InsertOrReplace(
+                    Entity::new(k, format!("{k}-2")).with("I", EdmValue::Int32(i as i32)),
+                )],
+            )
+            .await
+            .unwrap_or_else(|e| panic!("batch {k:?}: {e}"));
+    }
+    for k in awkward_keys() {
+        let got = client
+            .get_entity(&table, k, k)
+            .await
+            .unwrap_or_else(|e| panic!("get {k:?}: {e}"))
+            .unwrap_or_else(|| panic!("{k:?} missing"));
+        assert_eq!(got.get("I"), Some(&EdmValue::Int32(-1)), "{k:?}");
+        let page = client
+            .query_page(
+                &table,
+                &Query {
+                    filter: Some(Filter::partition_key(Cmp::Eq, k)),
+                    top: None,
+                },
+                None,
+            )
+            .await
+            .unwrap();
+        let rks: Vec<&str> = page.entities.iter().map(|e| e.row_key.as_str()).collect();
+        assert_eq!(rks, vec![k.to_string(), format!("{k}-2")], "{k:?}");
+    }
+}
+
+#[tokio::test]
+async fn a_failed_batch_names_the_operation_and_rolls_back() {
+    let env = TestEnv::start().await;
+    let client = TableClient::new(&env.account).unwrap();
+    let table = unique_table("batch");
+    client.create_table(&table).await.unwrap();
+    client
+        .insert_entity(&table, &Entity::new("p", "exists"))
+        .await
+        .unwrap();
+    let ops = vec![
+        BatchOperation::Insert(Entity::new("p", "new1")),
+        BatchOperation::Insert(Entity::new("p", "exists")),
+        BatchOperation::Insert(Entity::new("p", "new2")),
+    ];
+    let err = client.submit_batch(&table, &ops).await.unwrap_err();
+    match &err {
+        Error::BatchOperation {
+            index,
+            status,
+            code,
+            ..
+        } => {
+            assert_eq!(*index, Some(1), "{err}");
+            assert_eq!(*status, 409);
+            assert_eq!(code.as_deref(), Some("EntityAlreadyExists"));
+        }
+        other => panic!("expected a batch failure, got {other}"),
+    }
+    assert!(!err.is_retryable());
+    assert!(
+        client
+            .get_entity(&table, "p", "new1")
+            .await
+            .unwrap()
+            .is_none(),
+        "rolled back"
+    );
+    assert!(
+        client
+            .get_entity(&table, "p", "new2")
+            .await
+            .unwrap()
+            .is_none(),
+        "rolled back"
+    );
+
+    // Upserts and merges in one change set; then a delete.
+    client
+        .submit_batch(
+            &table,
+            &[
+                BatchOperation::InsertOrReplace(
+                    Entity::new("p", "exists").with("A", EdmValue::Int32(1)),
+                ),
+                BatchOperation::InsertOrMerge(Entity::new("p", "m").with("B", EdmValue::Int32(2))),
+            ],
+        )
+        .await
+        .unwrap();
+    client
+        .submit_batch(
+            &table,
+            &[BatchOperation::InsertOrMerge(
+                Entity::new("p", "exists").with("C", EdmValue::Int32(3)),
+            )],
+        )
+        .await
+        .unwrap();
+    let merged = client
+        .get_entity(&table, "p", "exists")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(merged.get("A"), Some(&EdmValue::Int32(1)));
+    assert_eq!(merged.get("C"), Some(&EdmValue::Int32(3)));
+    client
+        .submit_batch(
+            &table,
+            &[BatchOperation::Delete {
+                partition_key: "p".into(),
+                row_key: "m".into(),
+            }],
+        )
+        .await
+        .unwrap();
+    assert!(client.get_entity(&table, "p", "m").await.unwrap().is_none());
+
+    let too_many: Vec<_> = (0..101)
+        .map(|i| BatchOperation::Insert(Entity::new("p", format!("{i}"))))
+        .collect();
+    assert!(matches!(
+        client.submit_batch(&table, &too_many).await.unwrap_err(),
+        Error::InvalidRequest { .. }
+    ));
+}
+
+#[tokio::test]
+async fn point_operations() {
+    let env = TestEnv::start().await;
+    let client = TableClient::new(&env.account).unwrap();
+    let table = unique_table("point");
+    client.create_table(&table).await.unwrap();
+    let e = Entity::new("p", "r").with("V", EdmValue::Int32(1));
+    client.insert_entity(&table, &e).await.unwrap();
+    let err = client.insert_entity(&table, &e).await.unwrap_err();
+    assert_eq!(err.code(), Some("EntityAlreadyExists"));
+    client
+        .upsert_entity(
+            &table,
+            &Entity::new("p", "r").with("W", EdmValue::Int32(2)),
+            true,
+        )
+        .await
+        .unwrap();
+    let got = client.get_entity(&table, "p", "r").await.unwrap().unwrap();
+    assert_eq!(
+        (got.get("V"), got.get("W")),
+        (Some(&EdmValue::Int32(1)), Some(&EdmValue::Int32(2)))
+    );
+    client.delete_entity(&table, "p", "r").await.unwrap();
+    assert!(client.get_entity(&table, "p", "r").await.unwrap().is_none());
+}
+
+#[tokio::test]
+async fn negative_zero_is_lost_by_azurite_only() {
+    // Azurite prints integral doubles with `toFixed(1)`, which turns -0 into "0.0". The
+    // client sends -0.0 correctly (see the entity unit tests); this pins the emulator's
+    // behaviour so that a fixed Azurite shows up here.
+    let env = TestEnv::start().await;
+    let client = TableClient::new(&env.account).unwrap();
+    let table = unique_table("negzero");
+    client.create_table(&table).await.unwrap();
+    let e = Entity::new("p", "r").with("Z", EdmValue::Double(-0.0));
+    assert!(e.to_json().contains(r#""Z":-0.0"#));
+    client.insert_entity(&table, &e).await.unwrap();
+    let back = client.get_entity(&table, "p", "r").await.unwrap().unwrap();
+    assert_eq!(back.get("Z"), Some(&EdmValue::Double(0.0)));
+}
