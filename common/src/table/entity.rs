@@ -209,7 +209,7 @@ impl Entity {
             .map(|(_, v)| v)
     }
 
-    /// Approximate serialized size, for batch sizing.
+    /// Approximate serialized size, for preallocating buffers.
     pub fn approx_size(&self) -> usize {
         64 + self.partition_key.len()
             + self.row_key.len()
@@ -218,6 +218,44 @@ impl Entity {
                 .iter()
                 .map(|(n, v)| n.len() * 2 + 32 + v.approx_size())
                 .sum::<usize>()
+    }
+
+    /// The exact length of [`to_json`](Self::to_json), computed without building it, so
+    /// batches can be kept under the service's 4 MiB request limit.
+    pub fn json_len(&self) -> usize {
+        let mut n = 2 + json_str_len("PartitionKey") + 1 + json_str_len(&self.partition_key);
+        n += 1 + json_str_len("RowKey") + 1 + json_str_len(&self.row_key);
+        for (name, value) in &self.properties {
+            if !matches!(
+                value,
+                EdmValue::String(_) | EdmValue::Boolean(_) | EdmValue::Int32(_)
+            ) {
+                // ,"name@odata.type":"Edm.X"
+                n += 1
+                    + json_str_len(name)
+                    + "@odata.type".len()
+                    + 1
+                    + value.edm_type().name().len()
+                    + 2;
+            }
+            n += 1 + json_str_len(name) + 1;
+            n += match value {
+                EdmValue::String(s) | EdmValue::DateTime(s) | EdmValue::Guid(s) => json_str_len(s),
+                EdmValue::Boolean(b) => {
+                    if *b {
+                        4
+                    } else {
+                        5
+                    }
+                }
+                EdmValue::Int32(i) => i.to_string().len(),
+                EdmValue::Int64(i) => i.to_string().len() + 2,
+                EdmValue::Double(d) if d.is_finite() => format_double(*d).len(),
+                EdmValue::Double(d) => format_double(*d).len() + 2,
+                EdmValue::Binary(b) => b.len().div_ceil(3) * 4 + 2,
+            };
+        }
+        n
     }
 
     /// The JSON body for an insert or upsert: keys, then every property with the type
@@ -264,6 +302,19 @@ impl Entity {
         out.push('}');
         out
     }
+}
+
+/// Length of a string as serde_json writes it: quoted, with `"` `\\` and control characters
+/// escaped.
+fn json_str_len(s: &str) -> usize {
+    2 + s
+        .bytes()
+        .map(|b| match b {
+            b'"' | b'\\' | b'\n' | b'\r' | b'\t' | 0x08 | 0x0c => 2,
+            0..=0x1f => 6,
+            _ => 1,
+        })
+        .sum::<usize>()
 }
 
 fn push_json_str(out: &mut String, s: &str) {
@@ -536,6 +587,7 @@ mod tests {
                 EdmValue::DateTime("9999-12-31T23:59:59.9999999Z".into()),
             );
         let json = e.to_json();
+        assert_eq!(e.json_len(), json.len());
         assert!(!json.contains('\n'), "one line: {json}");
         assert!(json.contains(r#""I64@odata.type":"Edm.Int64","I64":"-9223372036854775808""#));
         assert!(json.contains(r#""D@odata.type":"Edm.Double","D":-0.0"#));
