@@ -223,8 +223,8 @@ pub fn find_tiling(candidates: &[&KeyRange]) -> Option<Vec<usize>> {
                 chain.reverse();
                 return Some(chain);
             }
-            if !prev.contains_key(&end) {
-                prev.insert(end, Some((node, i)));
+            if let std::collections::btree_map::Entry::Vacant(slot) = prev.entry(end) {
+                slot.insert(Some((node, i)));
                 queue.push_back(end);
             }
         }
