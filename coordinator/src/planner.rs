@@ -1,0 +1,364 @@
+//! Range planning: cuts a table's key space into PartitionKey ranges, one task each.
+//!
+//! * Split keys given by the user are sorted in the service's order (UTF-16 code units),
+//!   deduplicated and validated.
+//! * Without them, the key space is discovered by probing: `$top=1` queries find where
+//!   PartitionKeys actually live, and intervals are bisected (by key value) until there
+//!   are enough ranges or no interval can be split further. Probes are cheap index seeks on
+//!   the service; ranges come out similar in key span, which is similar in size when keys
+//!   are spread evenly (ids, hashes, hex) and can be uneven otherwise (docs/ARCHITECTURE.md).
+
+use futures::StreamExt;
+use tablevault_common::keys::{EntityKey, KeyRange, cmp_keys, key_problem};
+use tablevault_common::table::{Cmp, Filter, Query, TableClient};
+
+use crate::exit::{CmdResult, Failure};
+
+/// How a table's ranges were chosen.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Planning {
+    /// From `--split-keys`.
+    SplitKeys,
+    /// By probing the table.
+    Discovered,
+}
+
+impl Planning {
+    /// The name recorded in job.json.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Planning::SplitKeys => "split-keys",
+            Planning::Discovered => "discovered",
+        }
+    }
+}
+
+/// Validates, sorts (UTF-16 order) and deduplicates user split keys.
+pub fn normalize_split_keys(keys: &[String]) -> CmdResult<Vec<String>> {
+    let mut out: Vec<String> = Vec::with_capacity(keys.len());
+    for k in keys {
+        if k.is_empty() {
+            return Err(Failure::usage(
+                "an empty split key splits nothing (every PartitionKey is >= \"\"); remove it",
+            ));
+        }
+        if let Some(why) = key_problem(k) {
+            return Err(Failure::usage(format!("split key {k:?} {why}")));
+        }
+        out.push(k.clone());
+    }
+    out.sort_by(|a, b| cmp_keys(a, b));
+    out.dedup();
+    Ok(out)
+}
+
+/// Ranges from sorted split keys: `(-inf, k1), [k1, k2), …, [kn, +inf)`.
+pub fn ranges_from_split_keys(sorted: &[String]) -> Vec<KeyRange> {
+    let points: Vec<EntityKey> = sorted.iter().map(EntityKey::partition_start).collect();
+    KeyRange::partition(&points)
+}
+
+/// First PartitionKey in `[from, below)` (`from` inclusive unless `after`).
+async fn first_pk(
+    client: &TableClient,
+    table: &str,
+    from: Option<&str>,
+    after: bool,
+    below: Option<&str>,
+) -> tablevault_common::Result<Option<String>> {
+    let mut parts = Vec::new();
+    if let Some(f) = from {
+        parts.push(Filter::partition_key(
+            if after { Cmp::Gt } else { Cmp::Ge },
+            f,
+        ));
+    }
+    if let Some(b) = below {
+        parts.push(Filter::partition_key(Cmp::Lt, b));
+    }
+    let query = Query {
+        filter: Filter::all(parts),
+        top: Some(1),
+    };
+    // Pages may be empty with a continuation (the service stops at partition boundaries
+    // and time limits): follow them until an entity or the end.
+    let mut continuation = None;
+    loop {
+        let page = client
+            .query_page(table, &query, continuation.as_ref())
+            .await?;
+        if let Some(e) = page.entities.into_iter().next() {
+            return Ok(Some(e.partition_key));
+        }
+        match page.continuation {
+            Some(c) => continuation = Some(c),
+            None => return Ok(None),
+        }
+    }
+}
+
+/// Code units a probe position is made of, in key order: printable ASCII (less the four
+/// characters keys cannot hold), then anchors spread over the rest of the BMP. Most keys
+/// are ASCII, so bisecting over this dense alphabet converges in a few probes where
+/// bisecting raw 16-bit code units would spend most probes far above every key.
+fn alphabet() -> &'static [u16] {
+    static ALPHABET: std::sync::OnceLock<Vec<u16>> = std::sync::OnceLock::new();
+    ALPHABET.get_or_init(|| {
+        let mut a: Vec<u16> = (0x20u16..=0x7E)
+            .filter(|c| !matches!(c, 0x23 | 0x2F | 0x3F | 0x5C))
+            .collect();
+        a.extend([
+            0xA0, 0x100, 0x400, 0x800, 0x1000, 0x2000, 0x3000, 0x4E00, 0x6000, 0x8000, 0xA000,
+            0xAC00, 0xE000, 0xF000, 0xFFFD,
+        ]);
+        a
+    })
+}
+
+/// Index of the largest alphabet unit at or below `u`.
+fn rank(u: u16) -> u64 {
+    alphabet().partition_point(|&a| a <= u).saturating_sub(1) as u64
+}
+
+const DIGITS: usize = 4;
+
+/// A string between `lo` and `hi` (or the top of the key space), by key value: the common
+/// prefix, then the midpoint of the next four positions in [`alphabet`] rank space. Only
+/// used as a probe position, so it need not be a key anyone stored; it is always legal.
+pub fn midpoint(lo: &str, hi: Option<&str>) -> String {
+    let a: Vec<u16> = lo.encode_utf16().collect();
+    let b: Vec<u16> = hi.map(|h| h.encode_utf16().collect()).unwrap_or_default();
+    let common = match hi {
+        Some(_) => a.iter().zip(&b).take_while(|(x, y)| x == y).count(),
+        None => 0,
+    };
+    let base = alphabet().len() as u64 + 1; // digit 0 means "no character"
+    let digits = |v: &[u16]| -> u64 {
+        (0..DIGITS).fold(0u64, |acc, i| {
+            acc * base + v.get(common + i).map_or(0, |&u| rank(u) + 1)
+        })
+    };
+    let low = digits(&a);
+    let high = if hi.is_some() {
+        digits(&b)
+    } else {
+        base.pow(DIGITS as u32) - 1
+    };
+    let mut mid = low + high.saturating_sub(low) / 2;
+    let mut tail = Vec::with_capacity(DIGITS);
+    for _ in 0..DIGITS {
+        tail.push(mid % base);
+        mid /= base;
+    }
+    tail.reverse();
+    let mut units: Vec<u16> = a[..common].to_vec();
+    for d in tail {
+        // Digit 0 ("no character") can only be followed by more zeros in a valid
+        // midpoint; stop there.
+        if d == 0 {
+            break;
+        }
+        units.push(alphabet()[(d - 1) as usize]);
+    }
+    let m = String::from_utf16_lossy(&units);
+    // Ranks are floors, so between two anchors the midpoint can land at or below `lo`;
+    // the smallest step above `lo` is still a useful probe.
+    if cmp_keys(&m, lo).is_le() {
+        format!("{lo} ")
+    } else {
+        m
+    }
+}
+
+#[derive(Debug, Clone)]
+struct Interval {
+    /// First PartitionKey in the interval (a real key), or the table's first.
+    lo: String,
+    /// Exclusive upper bound (a real key), or the end of the table.
+    hi: Option<String>,
+    /// No key at or above this within the interval (learned from empty probes).
+    ceiling: Option<String>,
+    /// The PartitionKey after `lo`, once known.
+    next: Option<String>,
+    /// Holds a single PartitionKey: cannot be split by PartitionKey.
+    atomic: bool,
+}
+
+fn min_bound<'a>(a: Option<&'a str>, b: Option<&'a str>) -> Option<&'a str> {
+    match (a, b) {
+        (Some(x), Some(y)) => Some(if cmp_keys(x, y).is_le() { x } else { y }),
+        (x, None) => x,
+        (None, y) => y,
+    }
+}
+
+/// One probing step on an interval: returns the intervals that replace it.
+async fn refine(
+    client: &TableClient,
+    table: &str,
+    mut iv: Interval,
+) -> tablevault_common::Result<Vec<Interval>> {
+    if iv.next.is_none() {
+        match first_pk(client, table, Some(&iv.lo), true, iv.hi.as_deref()).await? {
+            Some(n) => iv.next = Some(n),
+            None => {
+                iv.atomic = true;
+                return Ok(vec![iv]);
+            }
+        }
+    }
+    let next = iv.next.clone().expect("set above");
+    for _ in 0..24 {
+        let top = min_bound(iv.hi.as_deref(), iv.ceiling.as_deref());
+        let mid = midpoint(&next, top);
+        if cmp_keys(&mid, &next).is_le() {
+            break;
+        }
+        match first_pk(client, table, Some(&mid), false, iv.hi.as_deref()).await? {
+            Some(k) => {
+                let left = Interval {
+                    lo: iv.lo.clone(),
+                    hi: Some(k.clone()),
+                    ceiling: None,
+                    next: if cmp_keys(&next, &k).is_lt() {
+                        Some(next.clone())
+                    } else {
+                        None
+                    },
+                    atomic: next == k,
+                };
+                let right = Interval {
+                    lo: k,
+                    hi: iv.hi.clone(),
+                    ceiling: iv.ceiling.clone(),
+                    next: None,
+                    atomic: false,
+                };
+                return Ok(vec![left, right]);
+            }
+            None => iv.ceiling = Some(mid),
+        }
+    }
+    // Nothing found between `next` and the ceiling: split at `next` itself.
+    Ok(vec![
+        Interval {
+            lo: iv.lo.clone(),
+            hi: Some(next.clone()),
+            ceiling: None,
+            next: None,
+            atomic: true,
+        },
+        Interval {
+            lo: next,
+            hi: iv.hi,
+            ceiling: iv.ceiling,
+            next: None,
+            atomic: false,
+        },
+    ])
+}
+
+/// Discovers up to `target` ranges for a table by probing. Returns the ranges (which tile
+/// the key space) and the number of probes spent.
+pub async fn discover_ranges(
+    client: &TableClient,
+    table: &str,
+    target: usize,
+) -> tablevault_common::Result<(Vec<KeyRange>, usize)> {
+    let Some(first) = first_pk(client, table, None, false, None).await? else {
+        return Ok((vec![KeyRange::all()], 1));
+    };
+    let mut probes = 1;
+    let mut intervals = vec![Interval {
+        lo: first,
+        hi: None,
+        ceiling: None,
+        next: None,
+        atomic: false,
+    }];
+    for _round in 0..24 {
+        if intervals.len() >= target || intervals.iter().all(|i| i.atomic) {
+            break;
+        }
+        // Refine the widest-looking intervals first: all of them, up to what the target
+        // still needs, probing several at once.
+        let want = target - intervals.len();
+        let (to_refine, keep): (Vec<_>, Vec<_>) = {
+            let mut idx = 0usize;
+            intervals.into_iter().partition(|i| {
+                let pick = !i.atomic && idx < want;
+                if !i.atomic {
+                    idx += 1;
+                }
+                pick
+            })
+        };
+        probes += to_refine.len() * 2;
+        let refined: Vec<tablevault_common::Result<Vec<Interval>>> =
+            futures::stream::iter(to_refine)
+                .map(|iv| refine(client, table, iv))
+                .buffer_unordered(8)
+                .collect()
+                .await;
+        intervals = keep;
+        for r in refined {
+            intervals.extend(r?);
+        }
+        intervals.sort_by(|a, b| cmp_keys(&a.lo, &b.lo));
+    }
+    let points: Vec<EntityKey> = intervals
+        .iter()
+        .skip(1)
+        .map(|i| EntityKey::partition_start(&i.lo))
+        .collect();
+    Ok((KeyRange::partition(&points), probes))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn split_keys_sort_in_utf16_order_and_reject_bad_keys() {
+        let keys: Vec<String> = ["m", "\u{1F600}", "\u{E000}", "b", "m"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        let sorted = normalize_split_keys(&keys).unwrap();
+        assert_eq!(sorted, vec!["b", "m", "\u{1F600}", "\u{E000}"]);
+        let ranges = ranges_from_split_keys(&sorted);
+        assert_eq!(ranges.len(), 5);
+        assert!(normalize_split_keys(&["a/b".to_string()]).is_err());
+        assert!(normalize_split_keys(&[String::new()]).is_err());
+    }
+
+    #[test]
+    fn midpoints_fall_between_and_are_legal() {
+        let cases: &[(&str, Option<&str>)] = &[
+            ("a", Some("c")),
+            ("customer-0001", Some("customer-0999")),
+            ("a", None),
+            ("z", None),
+            ("", Some("b")),
+            ("abc", Some("abd")),
+            ("\u{D7FF}", Some("\u{E001}")),
+        ];
+        for (lo, hi) in cases {
+            let m = midpoint(lo, *hi);
+            assert!(cmp_keys(&m, lo).is_ge(), "{m:?} >= {lo:?}");
+            if let Some(h) = hi {
+                assert!(cmp_keys(&m, h).is_lt(), "{m:?} < {h:?}");
+            }
+            assert!(key_problem(&m).is_none(), "{m:?} is a legal key");
+        }
+        assert_eq!(midpoint("a", Some("c")), "b");
+        // Towards the top of the key space the first probe leaves ASCII, but only just: the
+        // alphabet is dense where keys usually are.
+        let top = midpoint("p001", None);
+        assert!(
+            cmp_keys(&top, "~").is_gt() && cmp_keys(&top, "\u{3000}").is_lt(),
+            "{top:?}"
+        );
+        assert!(midpoint("customer-0001", Some("customer-0999")).starts_with("customer-0"));
+    }
+}

@@ -1,0 +1,673 @@
+//! Distributed backup against Azurite: exact format round trip, split keys and
+//! discovery, killed workers, racing attempts, poisoned tasks, bad messages, and a
+//! coordinator that dies mid-job.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::TryStreamExt;
+use tablevault_common::blob::{BlobClient, ListOptions};
+use tablevault_common::format::Compression;
+use tablevault_common::job::{BackupPaths, Manifest, TaskKind, TaskMessage, poison_queue_name};
+use tablevault_common::keys::EntityKey;
+use tablevault_common::queue::{MessageTtl, QueueClient};
+use tablevault_common::table::{BatchOperation, EdmValue, Entity, Query, TableClient};
+use tablevault_common::{ClientOptions, StorageAccount};
+use tablevault_coordinator::backup::{
+    BackupRequest, Target, WatchOptions, enqueue, plan, run_backup, status, watch,
+};
+use tablevault_coordinator::state::load_manifest;
+use tablevault_tests::{TestEnv, unique_lower, unique_table};
+use tablevault_worker::backup::{BackupAttempt, BackupOutcome};
+use tablevault_worker::reader::{load_commit, read_block};
+use tablevault_worker::{AccountSet, Worker, WorkerConfig, WorkerStats};
+use tokio_util::sync::CancellationToken;
+
+fn target(account: &StorageAccount) -> Target {
+    Target {
+        account: account.clone(),
+        container: unique_lower("bk"),
+        queue: unique_lower("tasks"),
+        client_options: ClientOptions::default(),
+    }
+}
+
+fn watch_opts(workers: usize, source: &StorageAccount) -> WatchOptions {
+    let mut o = WatchOptions::new(CancellationToken::new());
+    o.workers = workers;
+    o.sources = AccountSet::new(vec![source.clone()]);
+    o.poll = Duration::from_millis(100);
+    o.quiet = true;
+    o.visibility = Duration::from_secs(3);
+    o
+}
+
+async fn scan_all(client: &TableClient, table: &str) -> Vec<Entity> {
+    let pages: Vec<_> = client
+        .query(
+            table,
+            Query {
+                filter: None,
+                top: Some(1000),
+            },
+        )
+        .try_collect()
+        .await
+        .unwrap();
+    pages.into_iter().flat_map(|p| p.entities).collect()
+}
+
+/// Every entity of a complete backup, in manifest order, read block by block.
+async fn read_backup(blobs: &BlobClient, manifest: &Manifest, table: &str) -> Vec<Entity> {
+    let t = manifest.tables.iter().find(|t| t.name == table).unwrap();
+    let mut out = Vec::new();
+    for r in &t.ranges {
+        let commit = load_commit(blobs, &r.commit).await.unwrap();
+        assert_eq!(commit.range, r.range);
+        for b in &commit.blobs {
+            for block in &b.blocks {
+                let decoded = read_block(blobs, &b.name, block, manifest.compression)
+                    .await
+                    .unwrap();
+                assert_eq!(decoded.table, table);
+                for batch in decoded.batches {
+                    for e in batch {
+                        assert!(
+                            r.range
+                                .contains(&EntityKey::new(&e.partition_key, &e.row_key))
+                        );
+                        out.push(e);
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
+fn edge_entity(pk: &str, rk: &str) -> Entity {
+    Entity::new(pk, rk)
+        .with("S", EdmValue::String("plain".into()))
+        .with("Xml", EdmValue::String("<a>&amp;</a> ]]> \"'".into()))
+        .with(
+            "Crlf",
+            EdmValue::String("line1\r\nline2\rline3\nline4\t".into()),
+        )
+        .with(
+            "Ctl",
+            EdmValue::String("nul\u{0}bell\u{7}ff\u{c}\u{FFFE}\u{FFFF}".into()),
+        )
+        .with("Empty", EdmValue::String(String::new()))
+        .with("Ws", EdmValue::String("  padded  ".into()))
+        .with("Astral", EdmValue::String("😀𝔘".into()))
+        .with("T", EdmValue::Boolean(true))
+        .with("F", EdmValue::Boolean(false))
+        .with("I32Min", EdmValue::Int32(i32::MIN))
+        .with("I32Max", EdmValue::Int32(i32::MAX))
+        .with("I64Min", EdmValue::Int64(i64::MIN))
+        .with("I64Max", EdmValue::Int64(i64::MAX))
+        .with("DMax", EdmValue::Double(f64::MAX))
+        .with("DMinPos", EdmValue::Double(f64::MIN_POSITIVE))
+        .with("DSub", EdmValue::Double(5e-324))
+        .with("DSubMax", EdmValue::Double(2.225_073_858_507_201e-308))
+        .with("DWhole", EdmValue::Double(3.0))
+        .with("DBigWhole", EdmValue::Double(9_007_199_254_740_993.0))
+        .with("DTenth", EdmValue::Double(0.1))
+        .with("DNaN", EdmValue::Double(f64::NAN))
+        .with("DInf", EdmValue::Double(f64::INFINITY))
+        .with("DNInf", EdmValue::Double(f64::NEG_INFINITY))
+        .with(
+            "Dt7",
+            EdmValue::DateTime("2024-01-02T03:04:05.1234567Z".into()),
+        )
+        .with(
+            "DtMax",
+            EdmValue::DateTime("9999-12-31T23:59:59.9999999Z".into()),
+        )
+        .with(
+            "DtMin",
+            EdmValue::DateTime("1601-01-01T00:00:00.0000000Z".into()),
+        )
+        .with(
+            "G",
+            EdmValue::Guid("c9da6455-213d-42c9-9a79-3e9149a57833".into()),
+        )
+        .with("Bin", EdmValue::Binary((0..=255u8).collect()))
+        .with("BinEmpty", EdmValue::Binary(vec![]))
+        .with("Big", EdmValue::String("é".repeat(16_000)))
+}
+
+const AWKWARD_KEYS: &[&str] = &[
+    "",
+    "o'neil",
+    "''",
+    "100% sure",
+    "%25",
+    "a b",
+    "ünï",
+    "日本",
+    "😀",
+    "\u{E000}",
+    "+=&",
+];
+
+#[tokio::test]
+async fn every_type_and_awkward_key_round_trips_exactly() {
+    let env = TestEnv::start().await;
+    let client = TableClient::new(&env.account).unwrap();
+    let table = unique_table("edge");
+    client.create_table(&table).await.unwrap();
+    for pk in AWKWARD_KEYS {
+        let ops: Vec<_> = AWKWARD_KEYS
+            .iter()
+            .map(|rk| BatchOperation::Insert(edge_entity(pk, rk)))
+            .collect();
+        client.submit_batch(&table, &ops).await.unwrap();
+    }
+    let source = scan_all(&client, &table).await;
+    assert_eq!(source.len(), AWKWARD_KEYS.len() * AWKWARD_KEYS.len());
+
+    for compression in [Compression::None, Compression::Zstd, Compression::Gzip] {
+        let t = target(&env.account);
+        let mut req = BackupRequest::new(env.account.clone());
+        req.tables = Some(vec![table.clone()]);
+        // Split keys that are themselves awkward, including ones above the BMP whose
+        // UTF-16 order differs from UTF-8.
+        req.split_keys = vec![
+            "o'neil".into(),
+            "😀".into(),
+            "\u{E000}".into(),
+            "100% sure".into(),
+        ];
+        req.compression = compression;
+        req.block_bytes = 64 * 1024;
+        req.blocks_per_blob = 2;
+        let report = run_backup(&req, &t, watch_opts(2, &env.account))
+            .await
+            .unwrap();
+        assert_eq!(report.status, "complete", "{compression}");
+        assert_eq!(report.entities, source.len() as u64);
+        let blobs = t.blobs().unwrap();
+        let manifest = load_manifest(&blobs, &report.backup_id)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(manifest.tables[0].ranges.len(), 5);
+        assert_eq!(manifest.compression, compression);
+        let backed_up = read_backup(&blobs, &manifest, &table).await;
+        assert_eq!(backed_up.len(), source.len());
+        for (b, s) in backed_up.iter().zip(&source) {
+            // Property by property, type by type, bit for bit; Timestamp and ETag too.
+            assert_eq!(b, s, "{:?}/{:?}", s.partition_key, s.row_key);
+        }
+    }
+}
+
+async fn load_numbered(client: &TableClient, table: &str, partitions: usize, per: usize) -> usize {
+    client.create_table(table).await.unwrap();
+    for p in 0..partitions {
+        for chunk in (0..per).collect::<Vec<_>>().chunks(100) {
+            let ops: Vec<_> = chunk
+                .iter()
+                .map(|r| {
+                    BatchOperation::Insert(
+                        Entity::new(format!("p{p:03}"), format!("r{r:06}"))
+                            .with("V", EdmValue::Int64(*r as i64))
+                            .with("Pad", EdmValue::String("x".repeat(200))),
+                    )
+                })
+                .collect();
+            client.submit_batch(table, &ops).await.unwrap();
+        }
+    }
+    partitions * per
+}
+
+#[tokio::test]
+async fn thousands_of_entities_with_split_keys_and_with_discovery() {
+    let env = TestEnv::start().await;
+    let client = TableClient::new(&env.account).unwrap();
+    let table = unique_table("many");
+    let n = load_numbered(&client, &table, 12, 250).await;
+    assert_eq!(n, 3000);
+    let source = scan_all(&client, &table).await;
+
+    // Split keys between, on and beyond partitions.
+    let t = target(&env.account);
+    let mut req = BackupRequest::new(env.account.clone());
+    req.tables = Some(vec![table.clone()]);
+    req.split_keys = vec!["p003".into(), "p007x".into(), "p010".into(), "zzz".into()];
+    let report = run_backup(&req, &t, watch_opts(3, &env.account))
+        .await
+        .unwrap();
+    assert_eq!(
+        (report.status.as_str(), report.entities),
+        ("complete", 3000)
+    );
+    let blobs = t.blobs().unwrap();
+    let manifest = load_manifest(&blobs, &report.backup_id)
+        .await
+        .unwrap()
+        .unwrap();
+    let counts: Vec<u64> = manifest.tables[0]
+        .ranges
+        .iter()
+        .map(|r| r.entities)
+        .collect();
+    // (-inf,p003): p000-p002; [p003,p007x): p003-p007; [p007x,p010): p008-p009; [p010,zzz): p010-p011.
+    assert_eq!(counts, vec![750, 1250, 500, 500, 0]);
+    assert_eq!(read_backup(&blobs, &manifest, &table).await, source);
+
+    // Discovery, aiming for 8 ranges.
+    let t = target(&env.account);
+    let mut req = BackupRequest::new(env.account.clone());
+    req.tables = Some(vec![table.clone()]);
+    req.ranges_per_table = 8;
+    let report = run_backup(&req, &t, watch_opts(4, &env.account))
+        .await
+        .unwrap();
+    assert_eq!(
+        (report.status.as_str(), report.entities),
+        ("complete", 3000)
+    );
+    let blobs = t.blobs().unwrap();
+    let manifest = load_manifest(&blobs, &report.backup_id)
+        .await
+        .unwrap()
+        .unwrap();
+    let ranges = &manifest.tables[0].ranges;
+    assert!(
+        ranges.len() >= 6 && ranges.len() <= 12,
+        "{} ranges",
+        ranges.len()
+    );
+    let counts: Vec<u64> = ranges.iter().map(|r| r.entities).collect();
+    assert!(
+        ranges.iter().all(|r| r.entities <= 1000),
+        "no range holds most of the table: {counts:?} {:?}",
+        ranges
+            .iter()
+            .map(|r| r.range.to_string())
+            .collect::<Vec<_>>()
+    );
+    assert_eq!(read_backup(&blobs, &manifest, &table).await, source);
+}
+
+#[tokio::test]
+async fn all_tables_are_backed_up_when_none_are_named() {
+    let env = TestEnv::start().await;
+    let client = TableClient::new(&env.account).unwrap();
+    let a = unique_table("a");
+    let b = unique_table("b");
+    load_numbered(&client, &a, 2, 30).await;
+    client.create_table(&b).await.unwrap(); // empty table
+    let t = target(&env.account);
+    let report = run_backup(
+        &BackupRequest::new(env.account.clone()),
+        &t,
+        watch_opts(2, &env.account),
+    )
+    .await
+    .unwrap();
+    assert_eq!(report.status, "complete");
+    let mut names: Vec<_> = report
+        .tables
+        .iter()
+        .map(|t| (t.name.clone(), t.entities))
+        .collect();
+    names.sort();
+    let mut expected = vec![(a, 60), (b, 0)];
+    expected.sort();
+    assert_eq!(names, expected);
+}
+
+async fn data_blobs(blobs: &BlobClient, id: &str) -> Vec<String> {
+    blobs
+        .list_all(&ListOptions {
+            prefix: Some(&BackupPaths::new(id).data_root()),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .blobs
+        .into_iter()
+        .map(|b| b.name)
+        .collect()
+}
+
+fn worker_config(t: &Target, source: &StorageAccount, visibility: Duration) -> WorkerConfig {
+    let mut c = WorkerConfig::new(t.account.clone(), &t.queue);
+    c.sources = AccountSet::new(vec![source.clone()]);
+    c.concurrency = 1;
+    c.visibility = visibility;
+    c.max_poll_interval = Duration::from_millis(200);
+    c
+}
+
+#[tokio::test]
+async fn a_killed_worker_is_redone_with_no_duplicate_and_no_loss() {
+    let env = TestEnv::start().await;
+    let client = TableClient::new(&env.account).unwrap();
+    let table = unique_table("kill");
+    let n = load_numbered(&client, &table, 2, 1500).await;
+    let t = target(&env.account);
+    let mut req = BackupRequest::new(env.account.clone());
+    req.tables = Some(vec![table.clone()]);
+    req.split_keys = vec![]; // discovery finds 2 partitions
+    req.ranges_per_table = 1; // one big task
+    req.block_bytes = 64 * 1024;
+    req.blocks_per_blob = 1;
+    let job = plan(&req, &t).await.unwrap();
+    assert_eq!(job.task_count(), 1);
+    enqueue(&t, &job, None).await.unwrap();
+    let blobs = t.blobs().unwrap();
+
+    // Worker A starts, writes some blobs, and dies without a word.
+    let stats = Arc::new(WorkerStats::default());
+    let a = Worker::new(
+        worker_config(&t, &env.account, Duration::from_secs(2)),
+        stats.clone(),
+    )
+    .unwrap();
+    let a_task = tokio::spawn(a.run(CancellationToken::new()));
+    let mut waited = 0;
+    while data_blobs(&blobs, &job.backup_id).await.len() < 2 {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        waited += 1;
+        assert!(waited < 1500, "worker A never wrote a blob");
+    }
+    a_task.abort();
+    let _ = a_task.await;
+    let dead_attempt_blobs = data_blobs(&blobs, &job.backup_id).await;
+    assert!(!dead_attempt_blobs.is_empty());
+    assert!(
+        blobs
+            .properties(&BackupPaths::new(&job.backup_id).commit(&table, "r0000"))
+            .await
+            .unwrap()
+            .is_none()
+    );
+
+    // The coordinator (with a fresh in-process worker) sees the task redone once.
+    let report = watch(&t, job.clone(), &watch_opts(1, &env.account))
+        .await
+        .unwrap();
+    assert_eq!(report.status, "complete");
+    assert_eq!(report.entities, n as u64, "no loss, no duplicate");
+    let manifest = load_manifest(&blobs, &job.backup_id)
+        .await
+        .unwrap()
+        .unwrap();
+    let backed_up = read_backup(&blobs, &manifest, &table).await;
+    assert_eq!(backed_up, scan_all(&client, &table).await);
+    // The dead attempt's blobs were collected at finalize.
+    let remaining = data_blobs(&blobs, &job.backup_id).await;
+    assert!(
+        dead_attempt_blobs.iter().all(|b| !remaining.contains(b)),
+        "dead attempt's blobs were collected"
+    );
+}
+
+#[tokio::test]
+async fn two_attempts_racing_on_one_task_commit_once() {
+    let env = TestEnv::start().await;
+    let client = TableClient::new(&env.account).unwrap();
+    let table = unique_table("race");
+    let n = load_numbered(&client, &table, 3, 400).await;
+    let t = target(&env.account);
+    let mut req = BackupRequest::new(env.account.clone());
+    req.tables = Some(vec![table.clone()]);
+    req.ranges_per_table = 1;
+    let job = plan(&req, &t).await.unwrap();
+    let blobs = t.blobs().unwrap();
+    let task = &job.tables[0].tasks[0];
+    let stats = WorkerStats::default();
+    let attempt = || BackupAttempt {
+        blobs: &blobs,
+        job: &job,
+        source: &client,
+        table: &table,
+        task: &task.task,
+        range: &task.range,
+        lost: CancellationToken::new(),
+        shutdown: CancellationToken::new(),
+        stats: &stats,
+        worker: "test",
+    };
+    let (first, second) = (attempt(), attempt());
+    let (x, y) = tokio::join!(first.run(), second.run());
+    let outcomes = [x.unwrap(), y.unwrap()];
+    assert_eq!(
+        outcomes
+            .iter()
+            .filter(|o| matches!(o, BackupOutcome::Committed { entities } if *entities == n as u64))
+            .count(),
+        1,
+        "{outcomes:?}"
+    );
+    assert_eq!(
+        outcomes
+            .iter()
+            .filter(|o| **o == BackupOutcome::LostRace)
+            .count(),
+        1
+    );
+    // Only the winner's blobs remain, and the commit record points at them.
+    let commit = load_commit(
+        &blobs,
+        &BackupPaths::new(&job.backup_id).commit(&table, &task.task),
+    )
+    .await
+    .unwrap();
+    let remaining = data_blobs(&blobs, &job.backup_id).await;
+    assert!(!remaining.is_empty());
+    assert!(
+        remaining.iter().all(|b| b.contains(&commit.attempt)),
+        "{remaining:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_poisoned_task_leaves_the_backup_incomplete_until_retried() {
+    let env = TestEnv::start().await;
+    let client = TableClient::new(&env.account).unwrap();
+    let table = unique_table("poison");
+    load_numbered(&client, &table, 2, 50).await;
+    let t = target(&env.account);
+    let mut req = BackupRequest::new(env.account.clone());
+    req.tables = Some(vec![table.clone()]);
+    req.split_keys = vec!["p001".into()];
+    let job = plan(&req, &t).await.unwrap();
+    enqueue(&t, &job, None).await.unwrap();
+    // The table disappears after planning: no attempt can ever succeed.
+    client.delete_table(&table).await.unwrap();
+    let report = watch(&t, job.clone(), &watch_opts(2, &env.account))
+        .await
+        .unwrap();
+    assert_eq!(report.status, "incomplete", "never reported as a success");
+    assert_eq!(report.poisoned.len(), 2);
+    assert!(
+        report.poisoned[0].reason.contains("404"),
+        "{}",
+        report.poisoned[0].reason
+    );
+    let blobs = t.blobs().unwrap();
+    assert!(
+        load_manifest(&blobs, &job.backup_id)
+            .await
+            .unwrap()
+            .is_none()
+    );
+    // The messages are on the poison queue with their reason.
+    let poison = QueueClient::new(&env.account, &poison_queue_name(&t.queue)).unwrap();
+    let dead = poison.peek_messages(32).await.unwrap();
+    assert_eq!(dead.len(), 2);
+
+    // Fix the cause, retry the poisoned tasks, and the backup completes.
+    load_numbered(&client, &table, 2, 50).await;
+    let report = status(&t, &job.backup_id, true, true, &watch_opts(2, &env.account))
+        .await
+        .unwrap();
+    assert_eq!((report.status.as_str(), report.entities), ("complete", 100));
+}
+
+#[tokio::test]
+async fn a_task_delivered_too_often_is_poisoned_with_its_history() {
+    let env = TestEnv::start().await;
+    let client = TableClient::new(&env.account).unwrap();
+    let table = unique_table("attempts");
+    load_numbered(&client, &table, 1, 2000).await;
+    let t = target(&env.account);
+    let mut req = BackupRequest::new(env.account.clone());
+    req.tables = Some(vec![table.clone()]);
+    req.max_attempts = 2;
+    req.block_bytes = 64 * 1024;
+    req.blocks_per_blob = 1;
+    let job = plan(&req, &t).await.unwrap();
+    enqueue(&t, &job, None).await.unwrap();
+    let blobs = t.blobs().unwrap();
+    // Two workers die mid-task, one after the other.
+    for _ in 0..2 {
+        let stats = Arc::new(WorkerStats::default());
+        let w = Worker::new(
+            worker_config(&t, &env.account, Duration::from_secs(1)),
+            stats.clone(),
+        )
+        .unwrap();
+        let h = tokio::spawn(w.run(CancellationToken::new()));
+        while stats.entities.load(std::sync::atomic::Ordering::Relaxed) == 0 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        h.abort();
+        let _ = h.await;
+    }
+    // The third delivery exceeds max_attempts = 2.
+    let report = watch(&t, job.clone(), &watch_opts(1, &env.account))
+        .await
+        .unwrap();
+    assert_eq!(report.status, "incomplete");
+    assert!(
+        report.poisoned[0].reason.contains("delivered 3 times"),
+        "{}",
+        report.poisoned[0].reason
+    );
+    assert!(
+        load_manifest(&blobs, &job.backup_id)
+            .await
+            .unwrap()
+            .is_none()
+    );
+}
+
+#[tokio::test]
+async fn malformed_foreign_and_stale_messages_lose_nothing() {
+    let env = TestEnv::start().await;
+    let t = target(&env.account);
+    let queue = t.queue().unwrap();
+    queue.create().await.unwrap();
+    queue
+        .put_message("this is not a task", None, MessageTtl::Never)
+        .await
+        .unwrap();
+    let stale = TaskMessage {
+        v: 1,
+        container: t.container.clone(),
+        job: "20200101T000000Z-deadbeef".into(),
+        table: "Gone".into(),
+        task: "r0000".into(),
+        kind: TaskKind::Backup {
+            range: Default::default(),
+        },
+    };
+    queue
+        .put_message(&stale.encode(), None, MessageTtl::Never)
+        .await
+        .unwrap();
+    t.blobs().unwrap().create_container().await.unwrap();
+
+    let stats = Arc::new(WorkerStats::default());
+    let w = Worker::new(
+        worker_config(&t, &env.account, Duration::from_secs(5)),
+        stats,
+    )
+    .unwrap();
+    let stop = CancellationToken::new();
+    let h = tokio::spawn(w.run(stop.clone()));
+    let mut waited = 0;
+    while queue.approximate_count().await.unwrap() > 0 {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        waited += 1;
+        assert!(waited < 200, "messages were not handled");
+    }
+    stop.cancel();
+    h.await.unwrap().unwrap();
+    let poison = QueueClient::new(&env.account, &poison_queue_name(&t.queue)).unwrap();
+    let dead = poison.peek_messages(32).await.unwrap();
+    assert_eq!(
+        dead.len(),
+        1,
+        "the malformed message is kept, with its reason"
+    );
+}
+
+#[tokio::test]
+async fn a_restarted_coordinator_finishes_the_job() {
+    let env = TestEnv::start().await;
+    let client = TableClient::new(&env.account).unwrap();
+    let table = unique_table("restart");
+    let n = load_numbered(&client, &table, 10, 200).await;
+    let t = target(&env.account);
+    let mut req = BackupRequest::new(env.account.clone());
+    req.tables = Some(vec![table.clone()]);
+    req.ranges_per_table = 10;
+    let mut opts = watch_opts(1, &env.account);
+    let stop = CancellationToken::new();
+    opts.shutdown = stop.clone();
+    let first = {
+        let (req, t) = (req.clone(), t.clone());
+        tokio::spawn(async move { run_backup(&req, &t, opts).await })
+    };
+    // Let it commit a few tasks, then kill the coordinator (and its workers).
+    let blobs = t.blobs().unwrap();
+    let id = loop {
+        let listing = blobs
+            .list_all(&ListOptions {
+                delimiter: Some("/"),
+                ..Default::default()
+            })
+            .await;
+        if let Ok(l) = listing
+            && let Some(p) = l.prefixes.first()
+        {
+            let id = p.trim_end_matches('/').to_string();
+            let commits = blobs
+                .list_all(&ListOptions {
+                    prefix: Some(&BackupPaths::new(&id).commits_root()),
+                    ..Default::default()
+                })
+                .await
+                .unwrap();
+            if commits.blobs.len() >= 2 {
+                break id;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    stop.cancel();
+    let interrupted = first.await.unwrap().unwrap();
+    assert_eq!(interrupted.status, "interrupted");
+    assert!(load_manifest(&blobs, &id).await.unwrap().is_none());
+
+    let report = status(&t, &id, true, false, &watch_opts(2, &env.account))
+        .await
+        .unwrap();
+    assert_eq!(
+        (report.status.as_str(), report.entities),
+        ("complete", n as u64)
+    );
+    let manifest = load_manifest(&blobs, &id).await.unwrap().unwrap();
+    assert_eq!(
+        read_backup(&blobs, &manifest, &table).await,
+        scan_all(&client, &table).await
+    );
+}

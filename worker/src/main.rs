@@ -1,0 +1,93 @@
+//! `tablevault-worker`: the daemon deployed on many machines. It claims backup tasks from
+//! the queue in the backup account and runs them until stopped (Ctrl-C or SIGTERM, after
+//! which tasks in flight give their messages back).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::Parser;
+use tablevault_common::job::DEFAULT_QUEUE;
+use tablevault_worker::runtime::{LogFormat, init_logging, resolve_account, shutdown_on_signal};
+use tablevault_worker::{AccountSet, Worker, WorkerConfig, WorkerStats};
+
+/// Runs tablevault tasks from the queue in the backup account.
+///
+/// Start as many as you like, anywhere: they share the queue, and each task is committed
+/// exactly once however often it is delivered. Connection strings can come from the
+/// environment instead of the command line (recommended: arguments are visible to other
+/// users of the machine).
+#[derive(Parser, Debug)]
+#[command(version, about, long_about)]
+struct Args {
+    /// Connection string of the account holding the task queue and the backups.
+    #[arg(
+        long,
+        env = "TABLEVAULT_BACKUP",
+        hide_env_values = true,
+        value_name = "CONN"
+    )]
+    backup: Option<String>,
+    /// Connection string of an account to back up tables from (repeat for several).
+    /// Falls back to AZURE_STORAGE_CONNECTION_STRING.
+    #[arg(
+        long,
+        env = "TABLEVAULT_SOURCE",
+        hide_env_values = true,
+        value_name = "CONN"
+    )]
+    source: Vec<String>,
+    /// Tasks to run at once. Memory is about 16 MiB per task.
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..=256))]
+    concurrency: u16,
+    /// Task queue name.
+    #[arg(long, default_value = DEFAULT_QUEUE)]
+    queue: String,
+    /// Seconds a claimed task stays invisible to other workers between extensions.
+    #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(10..=3600))]
+    visibility_timeout: u64,
+    /// Log format.
+    #[arg(long, value_enum, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
+}
+
+#[tokio::main]
+async fn main() -> std::process::ExitCode {
+    let args = Args::parse();
+    init_logging(args.log_format, "info");
+    match run(args).await {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            std::process::ExitCode::from(1)
+        }
+    }
+}
+
+async fn run(args: Args) -> anyhow::Result<()> {
+    let backup = resolve_account(
+        args.backup.as_deref(),
+        "backup",
+        "--backup",
+        "TABLEVAULT_BACKUP",
+    )?;
+    let sources = if args.source.is_empty() {
+        vec![resolve_account(
+            None,
+            "source",
+            "--source",
+            "TABLEVAULT_SOURCE",
+        )?]
+    } else {
+        args.source
+            .iter()
+            .map(|s| resolve_account(Some(s), "source", "--source", "TABLEVAULT_SOURCE"))
+            .collect::<Result<_, _>>()?
+    };
+    let mut config = WorkerConfig::new(backup, &args.queue);
+    config.sources = AccountSet::new(sources);
+    config.concurrency = args.concurrency as usize;
+    config.visibility = Duration::from_secs(args.visibility_timeout);
+    let worker = Worker::new(config, Arc::new(WorkerStats::default()))?;
+    worker.run(shutdown_on_signal()).await?;
+    Ok(())
+}

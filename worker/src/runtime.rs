@@ -1,0 +1,74 @@
+//! Process plumbing shared by the `tablevault` and `tablevault-worker` binaries: logging,
+//! shutdown signals, and resolving account options with their environment fallbacks.
+
+use tablevault_common::{ConfigError, StorageAccount};
+use tokio_util::sync::CancellationToken;
+
+/// The variable every account option falls back to.
+pub const FALLBACK_ENV: &str = "AZURE_STORAGE_CONNECTION_STRING";
+
+/// Log output format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line, for log collectors.
+    Json,
+}
+
+/// Installs the tracing subscriber: `RUST_LOG` (default `default_level`) to stderr.
+pub fn init_logging(format: LogFormat, default_level: &str) {
+    use tracing_subscriber::EnvFilter;
+    let filter =
+        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_level));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_target(false);
+    let _ = match format {
+        LogFormat::Text => builder.try_init(),
+        LogFormat::Json => builder.json().try_init(),
+    };
+}
+
+/// A token cancelled on Ctrl-C or SIGTERM.
+pub fn shutdown_on_signal() -> CancellationToken {
+    let token = CancellationToken::new();
+    let t = token.clone();
+    tokio::spawn(async move {
+        #[cfg(unix)]
+        {
+            use tokio::signal::unix::{SignalKind, signal};
+            let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = term.recv() => {}
+            }
+        }
+        #[cfg(not(unix))]
+        let _ = tokio::signal::ctrl_c().await;
+        tracing::info!("shutdown requested");
+        t.cancel();
+    });
+    token
+}
+
+/// Parses an account option, falling back to `AZURE_STORAGE_CONNECTION_STRING`. `what`
+/// and `flag`/`env` name the option in the error, e.g. ("source", "--source",
+/// "TABLEVAULT_SOURCE").
+pub fn resolve_account(
+    given: Option<&str>,
+    what: &str,
+    flag: &str,
+    env: &str,
+) -> Result<StorageAccount, ConfigError> {
+    let fallback = std::env::var(FALLBACK_ENV).ok();
+    let text = given.or(fallback.as_deref()).ok_or_else(|| {
+        ConfigError::NotConfigured(format!(
+            "no {what} account: pass {flag} <CONNECTION_STRING> or set {env} or {FALLBACK_ENV}"
+        ))
+    })?;
+    StorageAccount::from_connection_string(text).map_err(|e| {
+        ConfigError::NotConfigured(format!("the {what} connection string is invalid: {e}"))
+    })
+}
