@@ -235,7 +235,7 @@ async fn spawn_and_read_ports(
         while let Some(line) = lines.next_line().await? {
             transcript.push_str(&line);
             transcript.push('\n');
-            if line.contains("successfully listening at") || line.contains("successfully started") {
+            if line.contains(" successfully ") {
                 seen += 1;
                 let svc = ["Blob", "Queue", "Table"]
                     .into_iter()

@@ -33,6 +33,17 @@ use crate::progress::{Progress, Snapshot};
 use crate::report::{BackupReport, PoisonReport, TableReport, peak_rss_bytes};
 use crate::state::JobState;
 
+/// Ranges per table to discover when the user does not say: two per in-process worker
+/// (at least 8) so no worker waits on a straggler for long; 32 when the workers are
+/// elsewhere and their number is unknown. Each split costs probes, so more is not free.
+pub fn default_ranges(workers: usize) -> usize {
+    if workers == 0 {
+        32
+    } else {
+        (2 * workers).clamp(8, 256)
+    }
+}
+
 /// Where the job lives: the backup account, its container and the task queue.
 #[derive(Debug, Clone)]
 pub struct Target {
@@ -395,6 +406,7 @@ pub async fn watch(
         }
         tokio::select! {
             _ = opts.shutdown.cancelled() => break "interrupted",
+            _ = stats.changed.notified() => {}
             _ = tokio::time::sleep(opts.poll) => {}
         }
     };

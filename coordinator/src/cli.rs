@@ -112,9 +112,10 @@ struct BackupArgs {
     /// A file of split keys, one per line (for keys containing commas).
     #[arg(long, value_name = "FILE")]
     split_keys_file: Option<PathBuf>,
-    /// Ranges per table to aim for when discovering them.
-    #[arg(long, default_value_t = 32, value_parser = clap::value_parser!(u32).range(1..=10_000))]
-    ranges: u32,
+    /// Ranges per table to aim for when discovering them [default: 2 per in-process
+    /// worker, at least 8; 32 with --workers 0].
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    ranges: Option<u32>,
     /// Workers to run in this process; 0 only plans and watches while
     /// `tablevault-worker` daemons elsewhere do the work.
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u16).range(0..=1024))]
@@ -269,7 +270,10 @@ async fn backup(a: BackupArgs) -> CmdResult<ExitCode> {
     let mut req = BackupRequest::new(source);
     req.tables = a.tables.clone();
     req.split_keys = split_keys;
-    req.ranges_per_table = a.ranges as usize;
+    req.ranges_per_table = a.ranges.map_or_else(
+        || crate::backup::default_ranges(a.workers as usize),
+        |r| r as usize,
+    );
     req.compression = a.compression;
     req.blocks_per_blob = a.blocks_per_blob as usize;
     req.block_bytes = a.block_size as usize;

@@ -58,7 +58,7 @@ pub async fn run(entities: u64, workers: usize, json: bool) -> CmdResult<ExitCod
     let mut req = BackupRequest::new(account.clone());
     req.tables = Some(vec![DEMO_TABLE.into()]);
     req.compression = Compression::Zstd;
-    req.ranges_per_table = workers * 4;
+    req.ranges_per_table = crate::backup::default_ranges(workers);
     let mut opts = WatchOptions::new(shutdown_on_signal());
     opts.workers = workers;
     opts.quiet = json;

@@ -3,6 +3,7 @@
 //! `tablevault` binary is a thin front-end over this library.
 
 pub mod backup;
+pub mod bench;
 pub mod cli;
 pub mod demo;
 pub mod exit;

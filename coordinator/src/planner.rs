@@ -8,6 +8,8 @@
 //!   the service; ranges come out similar in key span, which is similar in size when keys
 //!   are spread evenly (ids, hashes, hex) and can be uneven otherwise (docs/ARCHITECTURE.md).
 
+use std::sync::atomic::{AtomicUsize, Ordering};
+
 use futures::StreamExt;
 use tablevault_common::keys::{EntityKey, KeyRange, cmp_keys, key_problem};
 use tablevault_common::table::{Cmp, Filter, Query, TableClient};
@@ -60,6 +62,7 @@ pub fn ranges_from_split_keys(sorted: &[String]) -> Vec<KeyRange> {
 
 /// First PartitionKey in `[from, below)` (`from` inclusive unless `after`).
 async fn first_pk(
+    probes: &AtomicUsize,
     client: &TableClient,
     table: &str,
     from: Option<&str>,
@@ -80,6 +83,7 @@ async fn first_pk(
         filter: Filter::all(parts),
         top: Some(1),
     };
+    probes.fetch_add(1, Ordering::Relaxed);
     // Pages may be empty with a continuation (the service stops at partition boundaries
     // and time limits): follow them until an entity or the end.
     let mut continuation = None;
@@ -170,18 +174,55 @@ pub fn midpoint(lo: &str, hi: Option<&str>) -> String {
     }
 }
 
+/// Adds `amount` units at position `pos` of `s`, read as a number in [`alphabet`] rank
+/// space, carrying leftwards. `None` when the result passes the top of the key space.
+fn increment(s: &str, pos: usize, amount: u64) -> Option<String> {
+    let units: Vec<u16> = s.encode_utf16().collect();
+    let base = alphabet().len() as u64 + 1;
+    let mut digits: Vec<u64> = (0..=pos)
+        .map(|i| units.get(i).map_or(0, |&u| rank(u) + 1))
+        .collect();
+    let mut carry = amount;
+    for d in digits.iter_mut().rev() {
+        let v = *d + carry;
+        *d = v % base;
+        carry = v / base;
+        if carry == 0 {
+            break;
+        }
+    }
+    if carry > 0 {
+        return None;
+    }
+    // Digit 0 is "no character"; after a carry it can only appear where nothing follows.
+    let out: Vec<u16> = digits
+        .iter()
+        .map(|&d| alphabet()[d.saturating_sub(1) as usize])
+        .collect();
+    Some(String::from_utf16_lossy(&out))
+}
+
 #[derive(Debug, Clone)]
 struct Interval {
-    /// First PartitionKey in the interval (a real key), or the table's first.
+    /// First PartitionKey in the interval (a real key).
     lo: String,
     /// Exclusive upper bound (a real key), or the end of the table.
     hi: Option<String>,
     /// No key at or above this within the interval (learned from empty probes).
     ceiling: Option<String>,
-    /// The PartitionKey after `lo`, once known.
-    next: Option<String>,
     /// Holds a single PartitionKey: cannot be split by PartitionKey.
     atomic: bool,
+}
+
+impl Interval {
+    fn new(lo: String, hi: Option<String>, ceiling: Option<String>) -> Self {
+        Interval {
+            lo,
+            hi,
+            ceiling,
+            atomic: false,
+        }
+    }
 }
 
 fn min_bound<'a>(a: Option<&'a str>, b: Option<&'a str>) -> Option<&'a str> {
@@ -192,70 +233,112 @@ fn min_bound<'a>(a: Option<&'a str>, b: Option<&'a str>) -> Option<&'a str> {
     }
 }
 
-/// One probing step on an interval: returns the intervals that replace it.
-async fn refine(
+/// Splits an interval at `next`, the PartitionKey right after `lo`, or marks it atomic
+/// when there is none: the fallback when probing by value found nothing.
+async fn split_at_next(
+    probes: &AtomicUsize,
     client: &TableClient,
     table: &str,
     mut iv: Interval,
 ) -> tablevault_common::Result<Vec<Interval>> {
-    if iv.next.is_none() {
-        match first_pk(client, table, Some(&iv.lo), true, iv.hi.as_deref()).await? {
-            Some(n) => iv.next = Some(n),
-            None => {
-                iv.atomic = true;
-                return Ok(vec![iv]);
-            }
+    let below = min_bound(iv.hi.as_deref(), iv.ceiling.as_deref()).map(str::to_string);
+    match first_pk(probes, client, table, Some(&iv.lo), true, below.as_deref()).await? {
+        Some(next) => {
+            let mut left = Interval::new(iv.lo.clone(), Some(next.clone()), None);
+            left.atomic = true;
+            Ok(vec![left, Interval::new(next, iv.hi, iv.ceiling)])
+        }
+        None => {
+            iv.atomic = true;
+            Ok(vec![iv])
         }
     }
-    let next = iv.next.clone().expect("set above");
-    for _ in 0..24 {
+}
+
+/// One probing step on an interval: returns the intervals that replace it.
+///
+/// A bounded interval probes its midpoint by value and splits at the first key found
+/// there (one probe when keys are spread; each empty probe halves the search). The
+/// unbounded last interval first searches upwards from its first key in doubling steps,
+/// so keys with long common prefixes cost a handful of probes, not one per character.
+async fn refine(
+    probes: &AtomicUsize,
+    client: &TableClient,
+    table: &str,
+    mut iv: Interval,
+) -> tablevault_common::Result<Vec<Interval>> {
+    if iv.hi.is_none() && iv.ceiling.is_none() {
+        // Gallop from a middling step (64 units at the last position): up while keys
+        // exist beyond the candidate, down while they do not. Most key shapes settle in a
+        // few probes either way.
+        let pos = iv.lo.encode_utf16().count().max(1) - 1;
+        let lo = iv.lo.clone();
+        let lo = lo.as_str();
+        let probe_at = |k: u32| {
+            let candidate = increment(lo, pos, 1u64 << k);
+            async move {
+                match candidate {
+                    Some(c) if cmp_keys(&c, lo).is_gt() => {
+                        let found = first_pk(probes, client, table, Some(&c), false, None).await?;
+                        Ok::<_, tablevault_common::Error>((Some(c), found))
+                    }
+                    // Past the top of the key space (or no higher): nothing there.
+                    _ => Ok((None, None)),
+                }
+            }
+        };
+        let mut k = 6u32;
+        let mut last_hit: Option<String> = None;
+        let (candidate, found) = probe_at(k).await?;
+        if found.is_some() {
+            last_hit = found;
+            while k < 47 {
+                k += 1;
+                let (candidate, found) = probe_at(k).await?;
+                match found {
+                    Some(key) => last_hit = Some(key),
+                    None => {
+                        iv.ceiling = candidate;
+                        break;
+                    }
+                }
+            }
+        } else {
+            iv.ceiling = candidate;
+            while k > 0 && last_hit.is_none() {
+                k -= 1;
+                let (candidate, found) = probe_at(k).await?;
+                match found {
+                    Some(key) => last_hit = Some(key),
+                    None => iv.ceiling = candidate.or(iv.ceiling),
+                }
+            }
+        }
+        return match last_hit {
+            Some(k) if cmp_keys(&k, &iv.lo).is_gt() => Ok(vec![
+                Interval::new(iv.lo.clone(), Some(k.clone()), None),
+                Interval::new(k, None, iv.ceiling),
+            ]),
+            _ => split_at_next(probes, client, table, iv).await,
+        };
+    }
+    for _ in 0..12 {
         let top = min_bound(iv.hi.as_deref(), iv.ceiling.as_deref());
-        let mid = midpoint(&next, top);
-        if cmp_keys(&mid, &next).is_le() {
+        let mid = midpoint(&iv.lo, top);
+        if top.is_some_and(|t| cmp_keys(&mid, t).is_ge()) {
             break;
         }
-        match first_pk(client, table, Some(&mid), false, iv.hi.as_deref()).await? {
-            Some(k) => {
-                let left = Interval {
-                    lo: iv.lo.clone(),
-                    hi: Some(k.clone()),
-                    ceiling: None,
-                    next: if cmp_keys(&next, &k).is_lt() {
-                        Some(next.clone())
-                    } else {
-                        None
-                    },
-                    atomic: next == k,
-                };
-                let right = Interval {
-                    lo: k,
-                    hi: iv.hi.clone(),
-                    ceiling: iv.ceiling.clone(),
-                    next: None,
-                    atomic: false,
-                };
-                return Ok(vec![left, right]);
+        match first_pk(probes, client, table, Some(&mid), false, iv.hi.as_deref()).await? {
+            Some(k) if cmp_keys(&k, &iv.lo).is_gt() => {
+                return Ok(vec![
+                    Interval::new(iv.lo.clone(), Some(k.clone()), None),
+                    Interval::new(k, iv.hi.clone(), iv.ceiling.clone()),
+                ]);
             }
-            None => iv.ceiling = Some(mid),
+            _ => iv.ceiling = Some(mid),
         }
     }
-    // Nothing found between `next` and the ceiling: split at `next` itself.
-    Ok(vec![
-        Interval {
-            lo: iv.lo.clone(),
-            hi: Some(next.clone()),
-            ceiling: None,
-            next: None,
-            atomic: true,
-        },
-        Interval {
-            lo: next,
-            hi: iv.hi,
-            ceiling: iv.ceiling,
-            next: None,
-            atomic: false,
-        },
-    ])
+    split_at_next(probes, client, table, iv).await
 }
 
 /// Discovers up to `target` ranges for a table by probing. Returns the ranges (which tile
@@ -265,17 +348,11 @@ pub async fn discover_ranges(
     table: &str,
     target: usize,
 ) -> tablevault_common::Result<(Vec<KeyRange>, usize)> {
-    let Some(first) = first_pk(client, table, None, false, None).await? else {
+    let probes = AtomicUsize::new(0);
+    let Some(first) = first_pk(&probes, client, table, None, false, None).await? else {
         return Ok((vec![KeyRange::all()], 1));
     };
-    let mut probes = 1;
-    let mut intervals = vec![Interval {
-        lo: first,
-        hi: None,
-        ceiling: None,
-        next: None,
-        atomic: false,
-    }];
+    let mut intervals = vec![Interval::new(first, None, None)];
     for _round in 0..24 {
         if intervals.len() >= target || intervals.iter().all(|i| i.atomic) {
             break;
@@ -293,10 +370,9 @@ pub async fn discover_ranges(
                 pick
             })
         };
-        probes += to_refine.len() * 2;
         let refined: Vec<tablevault_common::Result<Vec<Interval>>> =
             futures::stream::iter(to_refine)
-                .map(|iv| refine(client, table, iv))
+                .map(|iv| refine(&probes, client, table, iv))
                 .buffer_unordered(8)
                 .collect()
                 .await;
@@ -311,7 +387,7 @@ pub async fn discover_ranges(
         .skip(1)
         .map(|i| EntityKey::partition_start(&i.lo))
         .collect();
-    Ok((KeyRange::partition(&points), probes))
+    Ok((KeyRange::partition(&points), probes.into_inner()))
 }
 
 #[cfg(test)]
@@ -360,5 +436,18 @@ mod tests {
             "{top:?}"
         );
         assert!(midpoint("customer-0001", Some("customer-0999")).starts_with("customer-0"));
+    }
+
+    #[test]
+    fn increments_carry_in_rank_space() {
+        assert_eq!(increment("a", 0, 1).as_deref(), Some("b"));
+        assert_eq!(increment("ab", 1, 1).as_deref(), Some("ac"));
+        let carried = increment("a~", 1, 1).unwrap();
+        assert!(
+            cmp_keys(&carried, "a~").is_gt() && cmp_keys(&carried, "b").is_lt(),
+            "{carried:?}"
+        );
+        assert_eq!(increment("\u{FFFD}", 0, 1), None);
+        assert!(cmp_keys(&increment("", 0, 1).unwrap(), "").is_gt());
     }
 }

@@ -33,13 +33,26 @@ fn help_explains_commands_and_exit_codes() {
     let o = tablevault(&["--help"], &[]);
     assert!(o.status.success());
     let t = text(&o);
-    for word in ["backup", "status", "list", "demo", "Exit codes", "AZURE_STORAGE_CONNECTION_STRING"] {
+    for word in [
+        "backup",
+        "status",
+        "list",
+        "demo",
+        "Exit codes",
+        "AZURE_STORAGE_CONNECTION_STRING",
+    ] {
         assert!(t.contains(word), "--help mentions {word}: {t}");
     }
-    let o = tablevault(&["backup", "--help"], &[("TABLEVAULT_SOURCE", "AccountName=a;AccountKey=c2VjcmV0")]);
+    let o = tablevault(
+        &["backup", "--help"],
+        &[("TABLEVAULT_SOURCE", "AccountName=a;AccountKey=c2VjcmV0")],
+    );
     let t = text(&o);
     assert!(t.contains("--split-keys") && t.contains("--workers") && t.contains("--compression"));
-    assert!(!t.contains("c2VjcmV0"), "--help never shows environment values");
+    assert!(
+        !t.contains("c2VjcmV0"),
+        "--help never shows environment values"
+    );
 }
 
 #[test]
@@ -49,7 +62,13 @@ fn configuration_errors_exit_2_and_never_echo_the_key() {
     assert!(text(&o).contains("no source account"), "{}", text(&o));
 
     let o = tablevault(
-        &["backup", "--source", "AccountName=a;AcountKey=c2VjcmV0X2tleQ==", "--backup", "UseDevelopmentStorage=true"],
+        &[
+            "backup",
+            "--source",
+            "AccountName=a;AcountKey=c2VjcmV0X2tleQ==",
+            "--backup",
+            "UseDevelopmentStorage=true",
+        ],
         &[],
     );
     assert_eq!(o.status.code(), Some(2));
@@ -59,7 +78,15 @@ fn configuration_errors_exit_2_and_never_echo_the_key() {
 
     let o = tablevault(&["backup", "--compression", "lz4"], &[]);
     assert_eq!(o.status.code(), Some(2));
-    let o = tablevault(&["status", "not/an/id", "--backup", "UseDevelopmentStorage=true"], &[]);
+    let o = tablevault(
+        &[
+            "status",
+            "not/an/id",
+            "--backup",
+            "UseDevelopmentStorage=true",
+        ],
+        &[],
+    );
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
 }
 
@@ -77,7 +104,16 @@ async fn backup_status_and_list_with_json_output() {
         let (conn, table, container) = (conn.clone(), table.clone(), container.clone());
         move || {
             tablevault(
-                &["backup", "--tables", &table, "--container", &container, "--workers", "2", "--json"],
+                &[
+                    "backup",
+                    "--tables",
+                    &table,
+                    "--container",
+                    &container,
+                    "--workers",
+                    "2",
+                    "--json",
+                ],
                 &[("AZURE_STORAGE_CONNECTION_STRING", &conn)],
             )
         }
@@ -85,7 +121,8 @@ async fn backup_status_and_list_with_json_output() {
     .await
     .unwrap();
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
-    let report: serde_json::Value = serde_json::from_slice(&o.stdout).expect("stdout is one JSON object");
+    let report: serde_json::Value =
+        serde_json::from_slice(&o.stdout).expect("stdout is one JSON object");
     assert_eq!(report["status"], "complete");
     assert_eq!(report["tables"][0]["name"], table.as_str());
     assert_eq!(report["tables"][0]["entities"], 700);
@@ -98,19 +135,35 @@ async fn backup_status_and_list_with_json_output() {
     );
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
     let status: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
-    assert_eq!((status["status"].as_str(), status["entities"].as_u64()), (Some("complete"), Some(700)));
+    assert_eq!(
+        (status["status"].as_str(), status["entities"].as_u64()),
+        (Some("complete"), Some(700))
+    );
 
-    let o = tablevault(&["list", "--container", &container, "--json"], &[("TABLEVAULT_BACKUP", &conn)]);
+    let o = tablevault(
+        &["list", "--container", &container, "--json"],
+        &[("TABLEVAULT_BACKUP", &conn)],
+    );
     let list: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(list["backups"][0]["backup_id"], id.as_str());
     assert_eq!(list["backups"][0]["entities"], 700);
 
-    let o = tablevault(&["list", "--container", &container], &[("TABLEVAULT_BACKUP", &conn)]);
+    let o = tablevault(
+        &["list", "--container", &container],
+        &[("TABLEVAULT_BACKUP", &conn)],
+    );
     assert!(text(&o).contains(&id));
 
     // A table that does not exist is a usage error, reported in JSON too.
     let o = tablevault(
-        &["backup", "--tables", "NoSuchTable", "--container", &container, "--json"],
+        &[
+            "backup",
+            "--tables",
+            "NoSuchTable",
+            "--container",
+            &container,
+            "--json",
+        ],
         &[("TABLEVAULT_SOURCE", &conn), ("TABLEVAULT_BACKUP", &conn)],
     );
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
@@ -118,7 +171,15 @@ async fn backup_status_and_list_with_json_output() {
     assert!(err["error"].as_str().unwrap().contains("NoSuchTable"));
 
     // An unknown backup id is a usage error naming the container.
-    let o = tablevault(&["status", "20200101T000000Z-00000000", "--container", &container], &[("TABLEVAULT_BACKUP", &conn)]);
+    let o = tablevault(
+        &[
+            "status",
+            "20200101T000000Z-00000000",
+            "--container",
+            &container,
+        ],
+        &[("TABLEVAULT_BACKUP", &conn)],
+    );
     assert_eq!(o.status.code(), Some(2));
     assert!(text(&o).contains("not found"), "{}", text(&o));
 }

@@ -74,6 +74,8 @@ pub struct WorkerStats {
     pub tasks_retried: AtomicU64,
     /// Tasks poisoned.
     pub tasks_poisoned: AtomicU64,
+    /// Signalled when a task is committed or poisoned, so a watcher can look at once.
+    pub changed: tokio::sync::Notify,
 }
 
 /// Worker settings.
@@ -330,6 +332,7 @@ impl Worker {
                 if matches!(outcome, Ok(BackupOutcome::Committed { .. })) {
                     self.stats.tasks_committed.fetch_add(1, Ordering::Relaxed);
                 }
+                self.stats.changed.notify_one();
                 if let Err(e) = lease.complete().await {
                     tracing::warn!(error = %e, "task committed but its message could not be deleted; a duplicate delivery will be dropped");
                 }
@@ -463,6 +466,7 @@ impl Worker {
             tracing::warn!(error = %e, "could not write the poison record");
         }
         self.move_to_poison(message, reason, Some(task)).await;
+        self.stats.changed.notify_one();
     }
 
     async fn move_to_poison(
