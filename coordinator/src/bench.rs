@@ -158,63 +158,72 @@ pub async fn measure_scan(
     })
 }
 
-async fn run_backup_child(
-    exe: &PathBuf,
-    azurite: &Azurite,
-    table: &str,
-    workers: usize,
-    compression: &str,
-    scan: &ScanResult,
-    scan_bytes_per_entity: f64,
-    round: usize,
-) -> CmdResult<BackupRun> {
-    let conn = azurite.connection_string();
-    let out = tokio::process::Command::new(exe)
-        .args([
-            "backup",
-            "--tables",
-            table,
-            "--workers",
-            &workers.to_string(),
-            "--compression",
-            compression,
-            "--container",
-            &format!("bench-{workers}w-{round}"),
-            "--queue",
-            &format!("bench-{workers}w-{round}"),
-            "--json",
-        ])
-        .env("TABLEVAULT_SOURCE", &conn)
-        .env("TABLEVAULT_BACKUP", &conn)
-        .stdin(Stdio::null())
-        .output()
-        .await
-        .map_err(|e| Failure::failed(format!("cannot run {}: {e}", exe.display())))?;
-    let report: serde_json::Value = serde_json::from_slice(&out.stdout).map_err(|_| {
-        Failure::failed(format!(
-            "backup did not print a report: {}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        ))
-    })?;
-    if report["status"] != "complete" {
-        return Err(Failure::failed(format!(
-            "backup did not complete: {report}"
-        )));
+/// What stays the same across the backup runs of one table size.
+struct Runner<'a> {
+    exe: &'a PathBuf,
+    azurite: &'a Azurite,
+    table: &'a str,
+    compression: &'a str,
+}
+
+impl Runner<'_> {
+    /// Runs `tablevault backup` in a child process and reads its JSON report.
+    async fn backup(
+        &self,
+        workers: usize,
+        round: usize,
+        scan: &ScanResult,
+    ) -> CmdResult<BackupRun> {
+        let (exe, table, compression) = (self.exe, self.table, self.compression);
+        let scan_bytes_per_entity = scan.mb_per_second * 1e6 / scan.entities_per_second;
+        let conn = self.azurite.connection_string();
+        let out = tokio::process::Command::new(exe)
+            .args([
+                "backup",
+                "--tables",
+                table,
+                "--workers",
+                &workers.to_string(),
+                "--compression",
+                compression,
+                "--container",
+                &format!("bench-{workers}w-{round}"),
+                "--queue",
+                &format!("bench-{workers}w-{round}"),
+                "--json",
+            ])
+            .env("TABLEVAULT_SOURCE", &conn)
+            .env("TABLEVAULT_BACKUP", &conn)
+            .stdin(Stdio::null())
+            .output()
+            .await
+            .map_err(|e| Failure::failed(format!("cannot run {}: {e}", exe.display())))?;
+        let report: serde_json::Value = serde_json::from_slice(&out.stdout).map_err(|_| {
+            Failure::failed(format!(
+                "backup did not print a report: {}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            ))
+        })?;
+        if report["status"] != "complete" {
+            return Err(Failure::failed(format!(
+                "backup did not complete: {report}"
+            )));
+        }
+        let entities = report["entities"].as_u64().unwrap_or(0);
+        let seconds = report["duration_seconds"].as_f64().unwrap_or(f64::NAN);
+        let eps = entities as f64 / seconds;
+        Ok(BackupRun {
+            workers,
+            entities,
+            seconds,
+            entities_per_second: eps,
+            source_mb_per_second: eps * scan_bytes_per_entity / 1e6,
+            stored_mb_per_second: report["stored_bytes"].as_f64().unwrap_or(0.0) / 1e6 / seconds,
+            fraction_of_ceiling: eps / scan.entities_per_second,
+            peak_rss_bytes: report["peak_rss_bytes"].as_u64(),
+        })
     }
-    let entities = report["entities"].as_u64().unwrap_or(0);
-    let seconds = report["duration_seconds"].as_f64().unwrap_or(f64::NAN);
-    let eps = entities as f64 / seconds;
-    Ok(BackupRun {
-        workers,
-        entities,
-        seconds,
-        entities_per_second: eps,
-        source_mb_per_second: eps * scan_bytes_per_entity / 1e6,
-        stored_mb_per_second: report["stored_bytes"].as_f64().unwrap_or(0.0) / 1e6 / seconds,
-        fraction_of_ceiling: eps / scan.entities_per_second,
-        peak_rss_bytes: report["peak_rss_bytes"].as_u64(),
-    })
 }
 
 /// Runs the backup benchmark.
@@ -234,10 +243,15 @@ pub async fn run_backup_bench(opts: &BenchOptions) -> CmdResult<ExitCode> {
         let t = Instant::now();
         crate::sample::load_sample(&client, table, size, partitions, 4).await?;
         let load_seconds = t.elapsed().as_secs_f64();
+        let runner = Runner {
+            exe: &exe,
+            azurite: &azurite,
+            table,
+            compression: &opts.compression,
+        };
         let mut rounds = Vec::new();
         for round in 0..opts.repeat.max(1) {
             let scan = measure_scan(&client, table).await?;
-            let bytes_per_entity = scan.mb_per_second * 1e6 / scan.entities_per_second;
             if !opts.json {
                 eprintln!(
                     "  round {}: scan ceiling {:.0} entities/s, {:.2} MB/s",
@@ -248,17 +262,7 @@ pub async fn run_backup_bench(opts: &BenchOptions) -> CmdResult<ExitCode> {
             }
             let mut runs = Vec::new();
             for &w in &opts.workers {
-                let run = run_backup_child(
-                    &exe,
-                    &azurite,
-                    table,
-                    w,
-                    &opts.compression,
-                    &scan,
-                    bytes_per_entity,
-                    round,
-                )
-                .await?;
+                let run = runner.backup(w, round, &scan).await?;
                 if !opts.json {
                     eprintln!(
                         "    backup, {w} worker(s): {:.0} entities/s ({:.0}% of ceiling), peak RSS {}",
