@@ -1,6 +1,10 @@
 //! `tablevault`: the control plane a person or a scheduler runs. See `tablevault --help`.
 
-#[tokio::main]
-async fn main() -> std::process::ExitCode {
-    tablevault_coordinator::cli::main().await
+fn main() -> std::process::ExitCode {
+    tablevault_worker::runtime::tune_allocator();
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime")
+        .block_on(tablevault_coordinator::cli::main())
 }

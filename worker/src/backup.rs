@@ -202,12 +202,16 @@ impl BackupAttempt<'_> {
                 };
                 let mut continuation = None;
                 loop {
+                    // Wait for room before fetching: one page is packed while the next is
+                    // read, and no more than those two are held.
+                    let Ok(slot) = tx.reserve().await else { return };
                     let page = source
                         .query_page(&table, &query, continuation.as_ref())
                         .await;
                     let next = page.as_ref().ok().and_then(|p| p.continuation.clone());
                     let failed = page.is_err();
-                    if tx.send(page).await.is_err() || failed {
+                    slot.send(page);
+                    if failed {
                         return;
                     }
                     match next {

@@ -50,8 +50,16 @@ struct Args {
     log_format: LogFormat,
 }
 
-#[tokio::main]
-async fn main() -> std::process::ExitCode {
+fn main() -> std::process::ExitCode {
+    tablevault_worker::runtime::tune_allocator();
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime")
+        .block_on(run_main())
+}
+
+async fn run_main() -> std::process::ExitCode {
     let args = Args::parse();
     init_logging(args.log_format, "info");
     match run(args).await {

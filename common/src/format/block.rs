@@ -2,11 +2,18 @@
 //!
 //! ```xml
 //! <?xml version="1.0" encoding="utf-8"?>
-//! <Block xmlns="urn:tablevault:format:1" xmlns:m="http://schemas.microsoft.com/ado/2007/08/dataservices/metadata" version="1" table="T" entities="2" batches="1">
+//! <Block xmlns="urn:tablevault:format:1" xmlns:m="http://schemas.microsoft.com/ado/2007/08/dataservices/metadata" version="1" table="T">
 //! <Batch>
 //! <entry m:etag="W/&quot;datetime'…'&quot;"><PartitionKey>p</PartitionKey><RowKey>r</RowKey><Timestamp>2026-…Z</Timestamp><P n="Age" m:type="Edm.Int32">23</P></entry>
 //! </Batch>
+//! <End entities="1" batches="1"/>
 //! </Block>
+//! ```
+//!
+//! The counts come last so a block can be streamed through a compressor as its batches
+//! close; a block without its `<End>` is incomplete.
+//!
+//! ```text
 //! ```
 //!
 //! The decoder trusts nothing: a block comes from storage that someone else may have
@@ -29,21 +36,21 @@ const ODATA_METADATA_NS: &str = "http://schemas.microsoft.com/ado/2007/08/datase
 const MAX_PROPERTIES: usize = 255;
 
 /// Writes the document prologue and the `<Block>` start tag.
-pub(crate) fn write_header(out: &mut String, table: &str, entities: usize, batches: usize) {
+pub(crate) fn write_header(out: &mut String, table: &str) {
     out.push_str("<?xml version=\"1.0\" encoding=\"utf-8\"?>\n<Block xmlns=\"");
     out.push_str(BLOCK_NS);
     out.push_str("\" xmlns:m=\"");
     out.push_str(ODATA_METADATA_NS);
     out.push_str(&format!("\" version=\"{FORMAT_VERSION}\" table=\""));
     push_attr(out, table);
-    out.push_str(&format!(
-        "\" entities=\"{entities}\" batches=\"{batches}\">\n"
-    ));
+    out.push_str("\">\n");
 }
 
-/// Writes the `</Block>` end tag.
-pub(crate) fn write_footer(out: &mut String) {
-    out.push_str("</Block>\n");
+/// Writes the `<End>` element with the block's counts, and the `</Block>` end tag.
+pub(crate) fn write_footer(out: &mut String, entities: usize, batches: usize) {
+    out.push_str(&format!(
+        "<End entities=\"{entities}\" batches=\"{batches}\"/>\n</Block>\n"
+    ));
 }
 
 /// Writes one `<Batch>`: entities sharing a PartitionKey, at most 100.
@@ -169,24 +176,30 @@ pub fn decode_block(xml: &[u8]) -> Result<DecodedBlock, FormatError> {
                     return Err(FormatError::UnsupportedVersion(version));
                 }
                 let table = attr(&e, b"table")?.ok_or_else(|| corrupt("Block has no table"))?;
-                let count = |n: &[u8]| -> Result<Option<usize>, FormatError> {
-                    attr(&e, n)?
-                        .map(|v| v.parse().map_err(|_| corrupt("bad count attribute")))
-                        .transpose()
-                };
-                if let (Some(ents), Some(bats)) = (count(b"entities")?, count(b"batches")?) {
-                    declared = Some((ents, bats));
-                }
                 block = Some(DecodedBlock {
                     table,
                     batches: Vec::new(),
                 });
             }
-            Event::Start(e) if e.name().as_ref() == b"Batch" && !finished => {
+            Event::Start(e) if e.name().as_ref() == b"Batch" && !finished && declared.is_none() => {
                 let b = block
                     .as_mut()
                     .ok_or_else(|| corrupt("Batch outside Block"))?;
                 b.batches.push(read_batch(&mut reader)?);
+            }
+            Event::Empty(e)
+                if e.name().as_ref() == b"End"
+                    && block.is_some()
+                    && !finished
+                    && declared.is_none() =>
+            {
+                let count = |n: &[u8]| -> Result<usize, FormatError> {
+                    attr(&e, n)?
+                        .ok_or_else(|| corrupt("End has no counts"))?
+                        .parse()
+                        .map_err(|_| corrupt("bad count in End"))
+                };
+                declared = Some((count(b"entities")?, count(b"batches")?));
             }
             Event::End(e) if e.name().as_ref() == b"Block" => finished = true,
             Event::Eof => break,
@@ -203,9 +216,8 @@ pub fn decode_block(xml: &[u8]) -> Result<DecodedBlock, FormatError> {
     if !finished {
         return Err(corrupt("Block is not closed (truncated?)"));
     }
-    if let Some((ents, bats)) = declared
-        && (ents != block.entity_count() || bats != block.batches.len())
-    {
+    let (ents, bats) = declared.ok_or_else(|| corrupt("Block has no End element (incomplete)"))?;
+    if ents != block.entity_count() || bats != block.batches.len() {
         return Err(corrupt(format!(
             "Block declares {ents} entities in {bats} batches but holds {} in {}",
             block.entity_count(),
@@ -415,14 +427,9 @@ mod tests {
             write_batch(&mut body, b);
         }
         let mut out = String::new();
-        write_header(
-            &mut out,
-            table,
-            batches.iter().map(Vec::len).sum(),
-            batches.len(),
-        );
+        write_header(&mut out, table);
         out.push_str(&body);
-        write_footer(&mut out);
+        write_footer(&mut out, batches.iter().map(Vec::len).sum(), batches.len());
         out
     }
 
@@ -496,6 +503,7 @@ mod tests {
     #[test]
     fn hostile_blocks_are_rejected_with_a_reason() {
         let head = r#"<Block version="1" table="T">"#;
+        let end = |n: usize, b: usize| format!(r#"<End entities="{n}" batches="{b}"/></Block>"#);
         let e = |pk: &str, rk: &str| {
             format!("<entry><PartitionKey>{pk}</PartitionKey><RowKey>{rk}</RowKey></entry>")
         };
@@ -504,21 +512,41 @@ mod tests {
         assert_corrupt(&format!("{head}<Batch>{}", e("p", "r")), "not closed");
         assert_corrupt(
             &format!(
-                "{head}<Batch>{}{}</Batch></Block>",
+                "{head}<Batch>{}{}</Batch>{}",
                 e("p", "r"),
-                e("q", "r")
+                e("q", "r"),
+                end(2, 1)
             ),
             "mixes PartitionKeys",
         );
         assert_corrupt(
             &format!(
-                "{head}<Batch>{}{}</Batch></Block>",
+                "{head}<Batch>{}{}</Batch>{}",
                 e("p", "r"),
-                e("p", "r")
+                e("p", "r"),
+                end(2, 1)
             ),
             "twice",
         );
-        assert_corrupt(&format!("{head}<Batch></Batch></Block>"), "empty batch");
+        assert_corrupt(
+            &format!("{head}<Batch></Batch>{}", end(0, 1)),
+            "empty batch",
+        );
+        assert_corrupt(
+            &format!("{head}<Batch>{}</Batch></Block>", e("p", "r")),
+            "no End",
+        );
+        assert_corrupt(
+            &format!("{head}<Batch>{}</Batch>{}", e("p", "r"), end(5, 1)),
+            "declares 5 entities",
+        );
+        assert_corrupt(
+            &format!(
+                "{head}<End entities=\"0\" batches=\"0\"/><Batch>{}</Batch></Block>",
+                e("p", "r")
+            ),
+            "unexpected element",
+        );
         let many: String = (0..101).map(|i| e("p", &i.to_string())).collect();
         assert_corrupt(
             &format!("{head}<Batch>{many}</Batch></Block>"),
@@ -548,11 +576,7 @@ mod tests {
         );
         assert_corrupt(&format!("{head}<Evil/></Block>"), "unexpected element");
         assert_corrupt(
-            r#"<Block version="1" table="T" entities="5" batches="1"><Batch><entry><PartitionKey>p</PartitionKey><RowKey>r</RowKey></entry></Batch></Block>"#,
-            "declares 5 entities",
-        );
-        assert_corrupt(
-            &format!("{head}<Batch>{}</Batch></Block><Block/>", e("p", "r")),
+            &format!("{head}<Batch>{}</Batch>{}<Block/>", e("p", "r"), end(1, 1)),
             "unexpected element",
         );
         assert!(matches!(

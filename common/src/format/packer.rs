@@ -65,16 +65,90 @@ pub struct SealedBlock {
     pub sha256: String,
 }
 
+/// Where a block's XML goes as batches close: straight into the buffer that will be
+/// uploaded, or through a streaming compressor, so a compressed block never exists
+/// uncompressed in memory.
+enum Sink {
+    Plain(Vec<u8>),
+    Zstd(zstd::stream::zio::Writer<Vec<u8>, ZstdContext>),
+    Gzip(flate2::write::GzEncoder<Vec<u8>>),
+}
+
+type ZstdContext = zstd::stream::raw::Encoder<'static>;
+
+/// A zstd compression context, made once per packer and reset between blocks: making one
+/// per block churns a megabyte of allocations that the allocator tends to keep.
+fn zstd_context() -> ZstdContext {
+    use zstd::stream::raw::CParameter;
+    let mut e = ZstdContext::new(3).expect("zstd context with a valid level");
+    // A 128 KiB window keeps the context near 1 MiB; rows of one table repeat themselves
+    // within far less than that.
+    e.set_parameter(CParameter::WindowLog(17))
+        .expect("valid zstd window");
+    e
+}
+
+impl Sink {
+    fn new(compression: Compression, block_bytes: usize, zstd: &mut Option<ZstdContext>) -> Sink {
+        match compression {
+            // Reserved once: pages become resident only as they are written.
+            Compression::None => Sink::Plain(Vec::with_capacity(block_bytes + (64 << 10))),
+            Compression::Zstd => {
+                let ctx = zstd.take().unwrap_or_else(zstd_context);
+                Sink::Zstd(zstd::stream::zio::Writer::new(Vec::new(), ctx))
+            }
+            Compression::Gzip => Sink::Gzip(flate2::write::GzEncoder::new(
+                Vec::new(),
+                flate2::Compression::new(6),
+            )),
+        }
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        use std::io::Write;
+        match self {
+            Sink::Plain(v) => v.extend_from_slice(bytes),
+            Sink::Zstd(e) => e.write_all(bytes).expect("writing to a Vec cannot fail"),
+            Sink::Gzip(e) => e.write_all(bytes).expect("writing to a Vec cannot fail"),
+        }
+    }
+
+    /// The finished bytes, handing the zstd context back for the next block.
+    fn finish(self, zstd: &mut Option<ZstdContext>) -> Vec<u8> {
+        use zstd::stream::raw::Operation;
+        match self {
+            Sink::Plain(v) => v,
+            Sink::Zstd(mut w) => {
+                w.finish().expect("writing to a Vec cannot fail");
+                let (out, mut ctx) = w.into_inner();
+                if ctx.reinit().is_ok() {
+                    *zstd = Some(ctx);
+                }
+                out
+            }
+            Sink::Gzip(e) => e.finish().expect("writing to a Vec cannot fail"),
+        }
+    }
+}
+
+/// Room kept for the `<End …/></Block>` footer when deciding whether a batch still fits.
+const FOOTER_RESERVE: usize = 96;
+/// A batch scratch buffer larger than this is released after use.
+const SCRATCH_KEEP: usize = 1 << 20;
+
 /// Streaming packer.
 pub struct Packer {
     config: PackerConfig,
-    body: String,
+    sink: Option<Sink>,
+    raw_len: usize,
     block_entities: usize,
     block_batches: usize,
     first_key: Option<EntityKey>,
     last_key: Option<EntityKey>,
     batch: Vec<Entity>,
     batch_bytes: usize,
+    scratch: String,
+    zstd: Option<ZstdContext>,
 }
 
 fn request_bytes(e: &Entity) -> usize {
@@ -86,14 +160,17 @@ impl Packer {
     /// A packer with the given limits.
     pub fn new(config: PackerConfig) -> Self {
         Packer {
-            body: String::with_capacity(config.block_bytes.min(8 << 20) + (64 << 10)),
             config,
+            sink: None,
+            raw_len: 0,
             block_entities: 0,
             block_batches: 0,
             first_key: None,
             last_key: None,
             batch: Vec::with_capacity(MAX_BATCH_OPERATIONS),
             batch_bytes: 0,
+            scratch: String::new(),
+            zstd: None,
         }
     }
 
@@ -121,31 +198,52 @@ impl Packer {
         out
     }
 
-    /// Moves the open batch into the block body, sealing the block first if the batch
-    /// would not fit.
+    /// Moves the open batch into the block, sealing the block first if the batch would
+    /// not fit.
     fn close_batch(&mut self) -> Option<SealedBlock> {
         if self.batch.is_empty() {
             return None;
         }
-        let mut xml = String::with_capacity(self.batch_bytes);
+        let mut xml = std::mem::take(&mut self.scratch);
+        xml.clear();
         write_batch(&mut xml, &self.batch);
-        let sealed =
-            if self.block_entities > 0 && self.body.len() + xml.len() > self.config.block_bytes {
-                self.seal()
-            } else {
-                None
-            };
+        let sealed = if self.block_entities > 0
+            && self.raw_len + xml.len() + FOOTER_RESERVE > self.config.block_bytes
+        {
+            self.seal()
+        } else {
+            None
+        };
+        if self.sink.is_none() {
+            let mut header = String::with_capacity(256);
+            write_header(&mut header, &self.config.table);
+            let mut sink = Sink::new(
+                self.config.compression,
+                self.config.block_bytes,
+                &mut self.zstd,
+            );
+            sink.write(header.as_bytes());
+            self.raw_len = header.len();
+            self.sink = Some(sink);
+        }
+        self.sink
+            .as_mut()
+            .expect("a block is open")
+            .write(xml.as_bytes());
+        self.raw_len += xml.len();
         if self.first_key.is_none() {
             let f = &self.batch[0];
             self.first_key = Some(EntityKey::new(&f.partition_key, &f.row_key));
         }
         let l = self.batch.last().expect("batch is not empty");
         self.last_key = Some(EntityKey::new(&l.partition_key, &l.row_key));
-        self.body.push_str(&xml);
         self.block_entities += self.batch.len();
         self.block_batches += 1;
         self.batch.clear();
         self.batch_bytes = 0;
+        if xml.capacity() <= SCRATCH_KEEP {
+            self.scratch = xml;
+        }
         sealed
     }
 
@@ -153,20 +251,12 @@ impl Packer {
         if self.block_entities == 0 {
             return None;
         }
-        let mut xml = String::with_capacity(self.body.len() + 512);
-        write_header(
-            &mut xml,
-            &self.config.table,
-            self.block_entities,
-            self.block_batches,
-        );
-        xml.push_str(&self.body);
-        write_footer(&mut xml);
-        let raw_len = xml.len();
-        let data = match self.config.compression {
-            Compression::None => Bytes::from(xml.into_bytes()),
-            c => Bytes::from(c.compress(xml.as_bytes())),
-        };
+        let mut footer = String::with_capacity(FOOTER_RESERVE);
+        write_footer(&mut footer, self.block_entities, self.block_batches);
+        let mut sink = self.sink.take().expect("a block with entities is open");
+        sink.write(footer.as_bytes());
+        let raw_len = self.raw_len + footer.len();
+        let data = Bytes::from(sink.finish(&mut self.zstd));
         let sha256 = hex(&Sha256::digest(&data));
         let block = SealedBlock {
             data,
@@ -183,7 +273,7 @@ impl Packer {
                 .expect("a block with entities has a last key"),
             sha256,
         };
-        self.body.clear();
+        self.raw_len = 0;
         self.block_entities = 0;
         self.block_batches = 0;
         Some(block)
