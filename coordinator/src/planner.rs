@@ -127,7 +127,7 @@ fn rank(u: u16) -> u64 {
 const DIGITS: usize = 4;
 
 /// A string between `lo` and `hi` (or the top of the key space), by key value: the common
-/// prefix, then the midpoint of the next four positions in [`alphabet`] rank space. Only
+/// prefix, then the midpoint of the next four positions in `alphabet` rank space. Only
 /// used as a probe position, so it need not be a key anyone stored; it is always legal.
 pub fn midpoint(lo: &str, hi: Option<&str>) -> String {
     let a: Vec<u16> = lo.encode_utf16().collect();

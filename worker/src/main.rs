@@ -36,7 +36,9 @@ struct Args {
         value_name = "CONN"
     )]
     source: Vec<String>,
-    /// Tasks to run at once. Memory is about 16 MiB per task.
+    /// Tasks to run at once. Each holds two pages of entities and a block or two in
+    /// memory: a few MiB with compressed blocks, up to about three times --block-size
+    /// on the coordinator with --compression none.
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..=256))]
     concurrency: u16,
     /// Task queue name.
