@@ -117,6 +117,41 @@ impl BackupPaths {
     pub fn poison(&self, table: &str, task: &str) -> String {
         format!("{}/poison/{table}/{task}.json", self.id)
     }
+
+    /// `<id>/restores/`.
+    pub fn restores_root(&self) -> String {
+        format!("{}/restores/", self.id)
+    }
+
+    /// `<id>/restores/<restore>/job.json`: a restore's plan.
+    pub fn restore_job(&self, restore: &str) -> String {
+        format!("{}/restores/{restore}/job.json", self.id)
+    }
+
+    /// `<id>/restores/<restore>/done/`.
+    pub fn restore_done_root(&self, restore: &str) -> String {
+        format!("{}/restores/{restore}/done/", self.id)
+    }
+
+    /// `<id>/restores/<restore>/done/<table>/<task>.json`: what a restore task wrote.
+    pub fn restore_done(&self, restore: &str, table: &str, task: &str) -> String {
+        format!("{}/restores/{restore}/done/{table}/{task}.json", self.id)
+    }
+
+    /// `<id>/restores/<restore>/poison/`.
+    pub fn restore_poison_root(&self, restore: &str) -> String {
+        format!("{}/restores/{restore}/poison/", self.id)
+    }
+
+    /// `<id>/restores/<restore>/poison/<table>/<task>.json`.
+    pub fn restore_poison(&self, restore: &str, table: &str, task: &str) -> String {
+        format!("{}/restores/{restore}/poison/{table}/{task}.json", self.id)
+    }
+
+    /// `<id>/restores/<restore>/report.json`: the final report.
+    pub fn restore_report(&self, restore: &str) -> String {
+        format!("{}/restores/{restore}/report.json", self.id)
+    }
 }
 
 /// Where a table lives (no secrets).
@@ -207,6 +242,153 @@ pub enum TaskKind {
         /// The range.
         range: KeyRange,
     },
+    /// Replay one data blob, or one block of it, into a table. The message names the
+    /// target table (`table`); the rest comes from the backup's records.
+    Restore {
+        /// Restore id (under the backup's `restores/`).
+        restore: String,
+        /// Table the data was backed up from.
+        source_table: String,
+        /// Task id of the backed-up range (its commit record holds the blob list).
+        range_task: String,
+        /// Index of the blob in the commit record.
+        blob: usize,
+        /// Index of the block in the blob, or `None` for every block of the blob.
+        block: Option<usize>,
+    },
+}
+
+/// How restored entities meet entities already in the target table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum RestoreMode {
+    /// Insert or replace: the backup wins; safe under redelivery.
+    #[default]
+    Upsert,
+    /// Insert or merge: backed-up properties win, other existing properties stay.
+    Merge,
+    /// Insert only; entities that exist are left alone.
+    InsertSkip,
+    /// Insert only; an existing entity that differs from the backup is a failure.
+    InsertFail,
+}
+
+impl RestoreMode {
+    /// The name on the command line and in files.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RestoreMode::Upsert => "upsert",
+            RestoreMode::Merge => "merge",
+            RestoreMode::InsertSkip => "insert-skip",
+            RestoreMode::InsertFail => "insert-fail",
+        }
+    }
+}
+
+impl std::str::FromStr for RestoreMode {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "upsert" => Ok(RestoreMode::Upsert),
+            "merge" => Ok(RestoreMode::Merge),
+            "insert-skip" => Ok(RestoreMode::InsertSkip),
+            "insert-fail" => Ok(RestoreMode::InsertFail),
+            other => Err(format!(
+                "unknown mode {other:?} (upsert, merge, insert-skip or insert-fail)"
+            )),
+        }
+    }
+}
+
+/// One table of a restore.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RestoreTable {
+    /// Table in the backup.
+    pub source: String,
+    /// Table written to.
+    pub target: String,
+    /// Entities the backup holds for it.
+    pub entities: u64,
+    /// Tasks it was cut into.
+    pub tasks: u64,
+}
+
+/// `restores/<restore>/job.json`: a restore's plan.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RestoreJob {
+    /// Version of this file's layout.
+    pub protocol: u32,
+    /// Format version of the backup.
+    pub format: u32,
+    /// Restore id.
+    pub restore_id: String,
+    /// Backup id.
+    pub backup_id: String,
+    /// When it was planned.
+    pub created_at: String,
+    /// Account written to.
+    pub target: AccountRef,
+    /// How existing entities are treated.
+    pub mode: RestoreMode,
+    /// Block compression of the backup.
+    pub compression: Compression,
+    /// Blobs whose blocks hold at most this many uncompressed bytes in all are restored
+    /// by one task; larger blobs get one task per block.
+    pub per_blob_max_bytes: u64,
+    /// Deliveries after which a task is poisoned.
+    pub max_attempts: u64,
+    /// Tables.
+    pub tables: Vec<RestoreTable>,
+    /// Version of the tablevault that planned it.
+    pub tool_version: String,
+}
+
+/// A batch that could not be written, with everything needed to act on it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BatchFailure {
+    /// Keys of the entities not written.
+    pub keys: Vec<EntityKey>,
+    /// HTTP status of the failure (409 for insert-fail conflicts).
+    pub status: u16,
+    /// The service's error code, or `Conflict` for an insert-fail conflict.
+    pub code: Option<String>,
+    /// The service's reason.
+    pub message: String,
+}
+
+/// `restores/<restore>/done/<table>/<task>.json`: what one restore task did.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RestoreRecord {
+    /// Restore id.
+    pub restore: String,
+    /// Table read from the backup.
+    pub source_table: String,
+    /// Table written.
+    pub target_table: String,
+    /// Task id.
+    pub task: String,
+    /// Attempt id.
+    pub attempt: String,
+    /// Entities in the task's blocks.
+    pub entities: u64,
+    /// Entities written by this attempt.
+    pub written: u64,
+    /// Entities already present and identical to the backup (insert modes).
+    pub identical: u64,
+    /// Entities present, different and left alone (`insert-skip`).
+    pub skipped: u64,
+    /// Entities in batches that failed.
+    pub failed: u64,
+    /// Entity group transactions sent successfully.
+    pub batches: u64,
+    /// The failed batches.
+    pub failures: Vec<BatchFailure>,
+    /// When the attempt started.
+    pub started_at: String,
+    /// When it finished.
+    pub finished_at: String,
+    /// Which worker ran it.
+    pub worker: String,
 }
 
 /// A queue message. Sent as base64 of its JSON, so any key survives the queue's XML.
@@ -254,6 +436,22 @@ impl TaskMessage {
         }
         if !is_valid_backup_id(&msg.task) {
             return Err(format!("message has an invalid task id {:?}", msg.task));
+        }
+        if let TaskKind::Restore {
+            restore,
+            source_table,
+            range_task,
+            ..
+        } = &msg.kind
+        {
+            if !is_valid_backup_id(restore) || !is_valid_backup_id(range_task) {
+                return Err("message has an invalid restore or range id".into());
+            }
+            if !crate::table::is_valid_table_name(source_table) {
+                return Err(format!(
+                    "message has an invalid source table {source_table:?}"
+                ));
+            }
         }
         Ok(msg)
     }

@@ -2,7 +2,9 @@
 //! delay, and refusing to resend a non-idempotent request unless the service certainly did
 //! not apply it.
 
+use std::fmt;
 use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 
 use backon::{ExponentialBuilder, Retryable};
@@ -22,6 +24,13 @@ pub enum Idempotency {
     NotIdempotent,
 }
 
+/// Told about every retry, so callers can react to throttling (for example by lowering
+/// their concurrency) even though the retry itself happens inside the client.
+pub trait RetryObserver: Send + Sync + fmt::Debug {
+    /// A request failed with `error` and will be sent again after `delay`.
+    fn on_retry(&self, op: &'static str, error: &Error, delay: Duration);
+}
+
 /// How many times and how patiently to retry.
 #[derive(Debug, Clone)]
 pub struct RetryPolicy {
@@ -31,6 +40,8 @@ pub struct RetryPolicy {
     pub min_delay: Duration,
     /// Upper bound of any single delay, including server-requested ones.
     pub max_delay: Duration,
+    /// Told about each retry.
+    pub observer: Option<Arc<dyn RetryObserver>>,
 }
 
 impl Default for RetryPolicy {
@@ -39,6 +50,7 @@ impl Default for RetryPolicy {
             max_retries: 10,
             min_delay: Duration::from_millis(200),
             max_delay: Duration::from_secs(30),
+            observer: None,
         }
     }
 }
@@ -74,6 +86,7 @@ impl RetryPolicy {
         Fut: Future<Output = Result<T>>,
     {
         let max_delay = self.max_delay;
+        let observer = self.observer.clone();
         attempt
             .retry(self.backoff())
             .when(|e: &Error| match idempotency {
@@ -89,6 +102,9 @@ impl RetryPolicy {
             })
             .notify(|e: &Error, delay: Duration| {
                 tracing::warn!(op, delay_ms = delay.as_millis() as u64, error = %e, "retrying");
+                if let Some(o) = &observer {
+                    o.on_retry(op, e, delay);
+                }
             })
             .await
     }

@@ -119,8 +119,9 @@ impl BackupRequest {
 pub struct WatchOptions {
     /// Workers to run in this process (0: only watch).
     pub workers: usize,
-    /// Source accounts the in-process workers may read.
-    pub sources: AccountSet,
+    /// Accounts the in-process workers hold credentials for (sources of a backup,
+    /// targets of a restore).
+    pub accounts: AccountSet,
     /// Lease length of in-process workers.
     pub visibility: Duration,
     /// How often to look at the job's blobs.
@@ -136,7 +137,7 @@ impl WatchOptions {
     pub fn new(shutdown: CancellationToken) -> Self {
         WatchOptions {
             workers: 0,
-            sources: AccountSet::default(),
+            accounts: AccountSet::default(),
             visibility: Duration::from_secs(60),
             poll: Duration::from_millis(500),
             quiet: false,
@@ -345,7 +346,7 @@ pub async fn watch(
     let mut workers = tokio::task::JoinSet::new();
     for _ in 0..opts.workers {
         let mut config = WorkerConfig::new(target.account.clone(), &target.queue);
-        config.sources = opts.sources.clone();
+        config.sources = opts.accounts.clone();
         config.concurrency = 1;
         config.visibility = opts.visibility;
         config.max_poll_interval = Duration::from_millis(500);
@@ -498,8 +499,8 @@ pub async fn run_backup(
     let job = plan(req, target).await?;
     tracing::info!(backup_id = %job.backup_id, tasks = job.task_count(), "planned");
     enqueue(target, &job, None).await?;
-    if opts.sources.is_empty() {
-        opts.sources = AccountSet::new(vec![req.source.clone()]);
+    if opts.accounts.is_empty() {
+        opts.accounts = AccountSet::new(vec![req.source.clone()]);
     }
     let mut report = watch(target, job, &opts).await?;
     // Report the whole command's rate, planning included.

@@ -9,7 +9,7 @@ use clap::{Args, Parser, Subcommand};
 use serde::Serialize;
 use tablevault_common::ClientOptions;
 use tablevault_common::format::{Compression, DEFAULT_BLOCK_BYTES};
-use tablevault_common::job::{DEFAULT_CONTAINER, DEFAULT_QUEUE};
+use tablevault_common::job::{DEFAULT_CONTAINER, DEFAULT_QUEUE, RestoreMode};
 use tablevault_worker::AccountSet;
 use tablevault_worker::runtime::{LogFormat, init_logging, resolve_account, shutdown_on_signal};
 
@@ -51,6 +51,11 @@ enum Command {
     Status(StatusArgs),
     /// List the backups in the container.
     List(ListArgs),
+    /// Restore tables from a complete backup: into the original tables, renamed tables,
+    /// or another account.
+    Restore(RestoreArgs),
+    /// Check a backup block by block; with --against, compare it with live tables.
+    Verify(VerifyArgs),
     /// Run the whole flow on a local Azurite emulator that it installs and starts itself.
     Demo(DemoArgs),
 }
@@ -169,6 +174,72 @@ struct StatusArgs {
 }
 
 #[derive(Args, Debug)]
+struct RestoreArgs {
+    /// The backup id (see `tablevault list`).
+    backup_id: String,
+    #[command(flatten)]
+    store: StoreArgs,
+    /// Connection string of the account to restore into.
+    #[arg(
+        long,
+        env = "TABLEVAULT_TARGET",
+        hide_env_values = true,
+        value_name = "CONN"
+    )]
+    target: Option<String>,
+    /// Tables of the backup to restore (comma-separated). Default: all of them.
+    #[arg(long, value_delimiter = ',', value_name = "T1,T2")]
+    tables: Option<Vec<String>>,
+    /// Restore tables under other names (comma-separated SOURCE=TARGET pairs).
+    #[arg(long, value_delimiter = ',', value_name = "T1=T1restored")]
+    rename: Vec<String>,
+    /// How restored entities meet existing ones: upsert replaces them (safe to repeat),
+    /// merge keeps their other properties, insert-skip leaves them alone, insert-fail
+    /// reports those that differ as failures.
+    #[arg(long, default_value = "upsert", value_parser = parse_mode)]
+    mode: RestoreMode,
+    /// Workers to run in this process; 0 only plans and watches while
+    /// `tablevault-worker --target …` daemons do the work.
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u16).range(0..=1024))]
+    workers: u16,
+    /// Blobs holding at most this many uncompressed bytes are restored by one task;
+    /// larger blobs get one task per block.
+    #[arg(long, default_value_t = crate::restore::DEFAULT_PER_BLOB_MAX_BYTES, hide = true)]
+    per_blob_max_bytes: u64,
+    /// Deliveries of a task before it is poisoned.
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..=100))]
+    max_attempts: u64,
+    /// Print one JSON object (and no progress bar).
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args, Debug)]
+struct VerifyArgs {
+    /// The backup id (see `tablevault list`).
+    backup_id: String,
+    #[command(flatten)]
+    store: StoreArgs,
+    /// Compare the backup with the tables of this account (connection string).
+    #[arg(
+        long,
+        env = "TABLEVAULT_AGAINST",
+        hide_env_values = true,
+        value_name = "CONN"
+    )]
+    against: Option<String>,
+    /// Tables to check (comma-separated). Default: all of them.
+    #[arg(long, value_delimiter = ',', value_name = "T1,T2")]
+    tables: Option<Vec<String>>,
+    /// With --against: compare backup table SOURCE with live table TARGET.
+    #[arg(long, value_delimiter = ',', value_name = "T1=T1restored")]
+    rename: Vec<String>,
+    /// Print one JSON object.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args, Debug)]
 struct ListArgs {
     #[command(flatten)]
     store: StoreArgs,
@@ -194,6 +265,10 @@ fn parse_compression(s: &str) -> Result<Compression, String> {
     s.parse()
 }
 
+fn parse_mode(s: &str) -> Result<RestoreMode, String> {
+    s.parse()
+}
+
 /// Parses the command line, runs the command, and returns the process exit code.
 pub async fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
@@ -207,6 +282,8 @@ pub async fn main() -> std::process::ExitCode {
         Command::Backup(a) => a.json,
         Command::Status(a) => a.json,
         Command::List(a) => a.json,
+        Command::Restore(a) => a.json,
+        Command::Verify(a) => a.json,
         Command::Demo(a) => a.json,
     };
     let code = match dispatch(cli.command).await {
@@ -235,6 +312,8 @@ async fn dispatch(command: Command) -> CmdResult<ExitCode> {
         Command::Backup(a) => backup(a).await,
         Command::Status(a) => status(a).await,
         Command::List(a) => list(a).await,
+        Command::Restore(a) => restore(a).await,
+        Command::Verify(a) => verify(a).await,
         Command::Demo(a) => crate::demo::run(a.entities, a.workers as usize, a.json).await,
     }
 }
@@ -298,11 +377,71 @@ async fn status(a: StatusArgs) -> CmdResult<ExitCode> {
             "--source",
             "TABLEVAULT_SOURCE",
         )?;
-        opts.sources = AccountSet::new(vec![source]);
+        opts.accounts = AccountSet::new(vec![source]);
     }
     let report =
         crate::backup::status(&target, &a.backup_id, a.wait, a.retry_poisoned, &opts).await?;
     Ok(report_exit(&report, a.json))
+}
+
+async fn restore(a: RestoreArgs) -> CmdResult<ExitCode> {
+    let store = a.store.target()?;
+    let target = resolve_account(
+        a.target.as_deref(),
+        "target",
+        "--target",
+        "TABLEVAULT_TARGET",
+    )?;
+    let mut req = crate::restore::RestoreRequest::new(&a.backup_id, target);
+    req.tables = a.tables.clone();
+    req.renames = crate::selection::parse_renames(&a.rename)?;
+    req.mode = a.mode;
+    req.per_blob_max_bytes = a.per_blob_max_bytes;
+    req.max_attempts = a.max_attempts;
+    let mut opts = WatchOptions::new(shutdown_on_signal());
+    opts.workers = a.workers as usize;
+    opts.quiet = a.json;
+    let report = crate::restore::run_restore(&req, &store, opts).await?;
+    if a.json {
+        print_json(&report);
+    } else {
+        report.print_human();
+    }
+    Ok(match report.status.as_str() {
+        "complete" => ExitCode::Ok,
+        "interrupted" => ExitCode::Interrupted,
+        _ => ExitCode::Incomplete,
+    })
+}
+
+async fn verify(a: VerifyArgs) -> CmdResult<ExitCode> {
+    let store = a.store.target()?;
+    let against = match &a.against {
+        Some(c) => Some(resolve_account(
+            Some(c),
+            "comparison",
+            "--against",
+            "TABLEVAULT_AGAINST",
+        )?),
+        None => None,
+    };
+    let req = crate::verify::VerifyRequest {
+        backup_id: a.backup_id.clone(),
+        tables: a.tables.clone(),
+        renames: crate::selection::parse_renames(&a.rename)?,
+        against,
+    };
+    let report = crate::verify::verify(&store.blobs()?, &req).await?;
+    if a.json {
+        print_json(&report);
+    } else {
+        report.print_human();
+    }
+    Ok(if report.status == "ok" {
+        ExitCode::Ok
+    } else {
+        ExitCode::Mismatch
+    })
 }
 
 async fn list(a: ListArgs) -> CmdResult<ExitCode> {

@@ -12,5 +12,8 @@ pub mod listing;
 pub mod planner;
 pub mod progress;
 pub mod report;
+pub mod restore;
 pub mod sample;
+pub mod selection;
 pub mod state;
+pub mod verify;

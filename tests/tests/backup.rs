@@ -35,7 +35,7 @@ fn target(account: &StorageAccount) -> Target {
 fn watch_opts(workers: usize, source: &StorageAccount) -> WatchOptions {
     let mut o = WatchOptions::new(CancellationToken::new());
     o.workers = workers;
-    o.sources = AccountSet::new(vec![source.clone()]);
+    o.accounts = AccountSet::new(vec![source.clone()]);
     o.poll = Duration::from_millis(100);
     o.quiet = true;
     o.visibility = Duration::from_secs(3);

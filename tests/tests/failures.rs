@@ -31,6 +31,7 @@ fn fast() -> ClientOptions {
             max_retries: 5,
             min_delay: Duration::from_millis(5),
             max_delay: Duration::from_secs(2),
+            observer: None,
         },
         ..ClientOptions::default()
     }

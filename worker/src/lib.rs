@@ -10,7 +10,9 @@ pub mod accounts;
 pub mod backup;
 pub mod blob_writer;
 pub mod lease;
+pub mod limiter;
 pub mod reader;
+pub mod restore;
 pub mod runtime;
 
 use std::collections::HashMap;
@@ -21,8 +23,8 @@ use std::time::Duration;
 use bytes::Bytes;
 use tablevault_common::blob::{BlobClient, PutOptions};
 use tablevault_common::job::{
-    BackupJob, BackupPaths, PROTOCOL_VERSION, PoisonRecord, TaskKind, TaskMessage, now_rfc3339,
-    poison_queue_name, worker_identity,
+    BackupJob, BackupPaths, CommitRecord, PROTOCOL_VERSION, PoisonRecord, RestoreJob, TaskKind,
+    TaskMessage, now_rfc3339, poison_queue_name, worker_identity,
 };
 use tablevault_common::queue::{MessageTtl, QueueClient, ReceivedMessage};
 use tablevault_common::table::TableClient;
@@ -35,6 +37,8 @@ use tracing::Instrument;
 pub use accounts::AccountSet;
 use backup::{BackupAttempt, BackupOutcome};
 use lease::Lease;
+use limiter::AdaptiveLimit;
+use restore::{RestoreAttempt, RestoreOutcome};
 
 /// How a task attempt ended when it did not succeed.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -85,8 +89,10 @@ pub struct WorkerConfig {
     pub backup: StorageAccount,
     /// Task queue name.
     pub queue: String,
-    /// Accounts this worker may read tables from.
+    /// Accounts this worker may read tables from (backup).
     pub sources: AccountSet,
+    /// Accounts this worker may write tables to (restore).
+    pub targets: AccountSet,
     /// Tasks run at once.
     pub concurrency: usize,
     /// Visibility timeout of claimed messages (the lease length).
@@ -106,6 +112,7 @@ impl WorkerConfig {
             backup,
             queue: queue.to_string(),
             sources: AccountSet::default(),
+            targets: AccountSet::default(),
             concurrency: 4,
             visibility: Duration::from_secs(60),
             max_poll_interval: Duration::from_secs(5),
@@ -123,7 +130,50 @@ pub struct Worker {
     stats: Arc<WorkerStats>,
     identity: String,
     jobs: Mutex<HashMap<(String, String), Arc<BackupJob>>>,
-    sources: Mutex<HashMap<String, TableClient>>,
+    restores: Mutex<HashMap<(String, String), Arc<RestoreJob>>>,
+    commits: Mutex<HashMap<String, Arc<CommitRecord>>>,
+    tables: Mutex<HashMap<String, TableClient>>,
+    limiters: Mutex<HashMap<String, Arc<AdaptiveLimit>>>,
+}
+
+/// A task resolved against its job.
+enum Work {
+    Backup {
+        job: Arc<BackupJob>,
+        range: tablevault_common::keys::KeyRange,
+        done: String,
+        poison: String,
+    },
+    Restore {
+        job: Arc<RestoreJob>,
+        commit: Arc<CommitRecord>,
+        blob: usize,
+        block: Option<usize>,
+        done: String,
+        poison: String,
+    },
+}
+
+impl Work {
+    /// The blob whose existence means the task is done.
+    fn done_path(&self) -> &str {
+        match self {
+            Work::Backup { done, .. } | Work::Restore { done, .. } => done,
+        }
+    }
+
+    fn poison_path(&self) -> &str {
+        match self {
+            Work::Backup { poison, .. } | Work::Restore { poison, .. } => poison,
+        }
+    }
+
+    fn max_attempts(&self) -> u64 {
+        match self {
+            Work::Backup { job, .. } => job.options.max_attempts,
+            Work::Restore { job, .. } => job.max_attempts,
+        }
+    }
 }
 
 impl Worker {
@@ -143,7 +193,10 @@ impl Worker {
             stats,
             identity: worker_identity(),
             jobs: Mutex::new(HashMap::new()),
-            sources: Mutex::new(HashMap::new()),
+            restores: Mutex::new(HashMap::new()),
+            commits: Mutex::new(HashMap::new()),
+            tables: Mutex::new(HashMap::new()),
+            limiters: Mutex::new(HashMap::new()),
         }))
     }
 
@@ -250,91 +303,177 @@ impl Worker {
                 return;
             }
         };
-        let job = match self.job(&blobs, &task.job).await {
-            Ok(Some(job)) => job,
+        let paths = BackupPaths::new(&task.job);
+        // Resolve the job: what marks the task done, where its poison record goes, how
+        // many deliveries it gets, and the work itself.
+        let prepared = match &task.kind {
+            TaskKind::Backup { range } => match self.backup_job(&blobs, &task.job).await {
+                Ok(Some(job)) => Ok(Some(Work::Backup {
+                    done: paths.commit(&task.table, &task.task),
+                    poison: paths.poison(&task.table, &task.task),
+                    range: range.clone(),
+                    job,
+                })),
+                Ok(None) => Ok(None),
+                Err(e) => Err(e),
+            },
+            TaskKind::Restore {
+                restore,
+                source_table,
+                range_task,
+                blob,
+                block,
+            } => match self.restore_job(&blobs, &task.job, restore).await {
+                Ok(Some(job)) => match self
+                    .commit_record(&blobs, &paths.commit(source_table, range_task))
+                    .await
+                {
+                    Ok(commit) => Ok(Some(Work::Restore {
+                        done: paths.restore_done(restore, &task.table, &task.task),
+                        poison: paths.restore_poison(restore, &task.table, &task.task),
+                        job,
+                        commit,
+                        blob: *blob,
+                        block: *block,
+                    })),
+                    Err(e) => Err(e),
+                },
+                Ok(None) => Ok(None),
+                Err(e) => Err(e),
+            },
+        };
+        let work = match prepared {
+            Ok(Some(w)) => w,
             Ok(None) => {
                 tracing::warn!(
-                    "stale message: backup {} does not exist (deleted?); dropping it",
-                    task.job
+                    "stale message: its backup or restore does not exist (deleted?); dropping it"
                 );
-                let _ = self
-                    .queue
-                    .delete_message(&message.message_id, &message.pop_receipt)
-                    .await;
+                self.drop_message(&message).await;
+                return;
+            }
+            Err(e) if e.status() == Some(404) => {
+                tracing::warn!(error = %e, "stale message: the backup data it refers to is gone; dropping it");
+                self.drop_message(&message).await;
                 return;
             }
             Err(e) => {
-                tracing::warn!(error = %e, "cannot read the job file; giving the task back");
+                tracing::warn!(error = %e, "cannot read the job's files; giving the task back");
                 self.release_unleased(&message, Duration::from_secs(5))
                     .await;
                 return;
             }
         };
-        let paths = BackupPaths::new(&job.backup_id);
-        match blobs
-            .properties(&paths.commit(&task.table, &task.task))
-            .await
-        {
+        match blobs.properties(work.done_path()).await {
             Ok(Some(_)) => {
-                tracing::debug!("task already committed; dropping the duplicate message");
-                let _ = self
-                    .queue
-                    .delete_message(&message.message_id, &message.pop_receipt)
-                    .await;
+                tracing::debug!("task already done; dropping the duplicate message");
+                self.drop_message(&message).await;
                 return;
             }
             Ok(None) => {}
             Err(e) => {
-                tracing::warn!(error = %e, "cannot check the commit record; giving the task back");
+                tracing::warn!(error = %e, "cannot check whether the task is done; giving it back");
                 self.release_unleased(&message, Duration::from_secs(5))
                     .await;
                 return;
             }
         }
-        if message.dequeue_count > job.options.max_attempts {
+        if message.dequeue_count > work.max_attempts() {
             let reason = format!(
-                "delivered {} times (limit {}) without committing; last error: {}",
+                "delivered {} times (limit {}) without finishing; last error: {}",
                 message.dequeue_count,
-                job.options.max_attempts,
+                work.max_attempts(),
                 task_last_error(&message.text).unwrap_or_else(|| {
                     "none recorded (the attempts timed out or their workers died)".into()
                 })
             );
-            self.poison_task(&blobs, &paths, &task, &message, &reason)
+            self.poison_task(&blobs, work.poison_path(), &task, &message, &reason)
                 .await;
             return;
         }
-        let source = match self.source_for(&job) {
-            Some(s) => s,
-            None => {
-                tracing::warn!(account = %job.source.account, "this worker has no credentials for the source account; handing the task to another worker (configure --source)");
-                self.hand_back(&message, Duration::from_secs(30)).await;
-                return;
-            }
-        };
-        let TaskKind::Backup { range } = &task.kind;
-        let lease = Lease::start(self.queue.clone(), &message, self.config.visibility);
-        let attempt = BackupAttempt {
-            blobs: &blobs,
-            job: &job,
-            source: &source,
-            table: &task.table,
-            task: &task.task,
-            range,
-            lost: lease.lost(),
-            shutdown: shutdown.clone(),
-            stats: &self.stats,
-            worker: &self.identity,
-        };
-        let outcome = attempt.run().await;
-        match outcome {
-            Ok(BackupOutcome::Committed { .. }) | Ok(BackupOutcome::LostRace) => {
+        let result = match &work {
+            Work::Backup { job, range, .. } => {
+                let Some(source) = self.client_for(&self.config.sources, &job.source, None) else {
+                    tracing::warn!(account = %job.source.account, "this worker has no credentials for the source account; handing the task to another worker (configure --source)");
+                    self.hand_back(&message, Duration::from_secs(30)).await;
+                    return;
+                };
+                let lease = Lease::start(self.queue.clone(), &message, self.config.visibility);
+                let attempt = BackupAttempt {
+                    blobs: &blobs,
+                    job,
+                    source: &source,
+                    table: &task.table,
+                    task: &task.task,
+                    range,
+                    lost: lease.lost(),
+                    shutdown: shutdown.clone(),
+                    stats: &self.stats,
+                    worker: &self.identity,
+                };
+                let outcome = attempt.run().await;
                 if matches!(outcome, Ok(BackupOutcome::Committed { .. })) {
                     self.stats.tasks_committed.fetch_add(1, Ordering::Relaxed);
                 }
+                (lease, outcome.map(|_| ()))
+            }
+            Work::Restore {
+                job,
+                commit,
+                blob,
+                block,
+                ..
+            } => {
+                let limiter = self.limiter_for(&job.target.table_endpoint);
+                let Some(target) =
+                    self.client_for(&self.config.targets, &job.target, Some(&limiter))
+                else {
+                    tracing::warn!(account = %job.target.account, "this worker has no credentials for the target account; handing the task to another worker (configure --target)");
+                    self.hand_back(&message, Duration::from_secs(30)).await;
+                    return;
+                };
+                let lease = Lease::start(self.queue.clone(), &message, self.config.visibility);
+                let attempt = RestoreAttempt {
+                    blobs: &blobs,
+                    backup_id: &task.job,
+                    job,
+                    commit,
+                    target: &target,
+                    limiter: &limiter,
+                    target_table: &task.table,
+                    task: &task.task,
+                    blob: *blob,
+                    block: *block,
+                    lost: lease.lost(),
+                    shutdown: shutdown.clone(),
+                    stats: &self.stats,
+                    worker: &self.identity,
+                };
+                let outcome = attempt.run().await;
+                if matches!(outcome, Ok(RestoreOutcome::Done(_))) {
+                    self.stats.tasks_committed.fetch_add(1, Ordering::Relaxed);
+                }
+                (lease, outcome.map(|_| ()))
+            }
+        };
+        self.settle(result, &blobs, work.poison_path(), &task, &message)
+            .await;
+    }
+
+    /// Acts on an attempt's end: delete the message when done, give it back on a
+    /// transient failure (recording the error in it), poison it on a permanent one.
+    async fn settle(
+        &self,
+        (lease, outcome): (Lease, Result<(), TaskError>),
+        blobs: &BlobClient,
+        poison_path: &str,
+        task: &TaskMessage,
+        message: &ReceivedMessage,
+    ) {
+        match outcome {
+            Ok(()) => {
                 self.stats.changed.notify_one();
                 if let Err(e) = lease.complete().await {
-                    tracing::warn!(error = %e, "task committed but its message could not be deleted; a duplicate delivery will be dropped");
+                    tracing::warn!(error = %e, "task done but its message could not be deleted; a duplicate delivery will be dropped");
                 }
             }
             Err(TaskError::Lost) => {
@@ -347,33 +486,55 @@ impl Worker {
                 self.stats.tasks_retried.fetch_add(1, Ordering::Relaxed);
                 let delay = Duration::from_secs((5 * message.dequeue_count).min(120));
                 tracing::warn!(reason = %why, retry_in_s = delay.as_secs(), "task failed; it will be retried");
-                let text = with_last_error(&task, &why);
+                let text = with_last_error(task, &why);
                 if let Err(e) = lease.release(delay, Some(&text)).await {
                     tracing::warn!(error = %e, "could not give the message back; it reappears when its lease lapses");
                 }
             }
             Err(TaskError::Permanent(why)) => {
                 drop(lease);
-                self.poison_task(&blobs, &paths, &task, &message, &why)
+                self.poison_task(blobs, poison_path, task, message, &why)
                     .await;
             }
         }
     }
 
-    /// Loads (and caches) a job file; `None` if the job does not exist.
-    async fn job(&self, blobs: &BlobClient, id: &str) -> Result<Option<Arc<BackupJob>>, Error> {
+    async fn drop_message(&self, message: &ReceivedMessage) {
+        let _ = self
+            .queue
+            .delete_message(&message.message_id, &message.pop_receipt)
+            .await;
+    }
+
+    async fn load_json<T: serde::de::DeserializeOwned>(
+        blobs: &BlobClient,
+        path: &str,
+    ) -> Result<Option<T>, Error> {
+        let Some(bytes) = blobs.get_if_exists(path).await? else {
+            return Ok(None);
+        };
+        serde_json::from_slice(&bytes)
+            .map(Some)
+            .map_err(|e| Error::InvalidResponse {
+                op: "Read Job",
+                detail: format!("{path} is not a valid job file: {e}"),
+            })
+    }
+
+    /// Loads (and caches) a backup's job file; `None` if the job does not exist.
+    async fn backup_job(
+        &self,
+        blobs: &BlobClient,
+        id: &str,
+    ) -> Result<Option<Arc<BackupJob>>, Error> {
         let key = (blobs.container().to_string(), id.to_string());
         if let Some(j) = self.jobs.lock().expect("jobs lock").get(&key) {
             return Ok(Some(j.clone()));
         }
-        let Some(bytes) = blobs.get_if_exists(&BackupPaths::new(id).job()).await? else {
+        let Some(job) = Self::load_json::<BackupJob>(blobs, &BackupPaths::new(id).job()).await?
+        else {
             return Ok(None);
         };
-        let job: BackupJob =
-            serde_json::from_slice(&bytes).map_err(|e| Error::InvalidResponse {
-                op: "Read Job",
-                detail: format!("job.json of {id} is not a valid job file: {e}"),
-            })?;
         if job.protocol != PROTOCOL_VERSION {
             return Err(Error::InvalidResponse {
                 op: "Read Job",
@@ -391,14 +552,95 @@ impl Worker {
         Ok(Some(job))
     }
 
-    fn source_for(&self, job: &BackupJob) -> Option<TableClient> {
-        let account = self.config.sources.find(&job.source)?;
-        let mut cache = self.sources.lock().expect("sources lock");
-        let key = job.source.table_endpoint.clone();
+    /// Loads (and caches) a restore's job file; `None` if it does not exist.
+    async fn restore_job(
+        &self,
+        blobs: &BlobClient,
+        backup: &str,
+        restore: &str,
+    ) -> Result<Option<Arc<RestoreJob>>, Error> {
+        let key = (blobs.container().to_string(), format!("{backup}/{restore}"));
+        if let Some(j) = self.restores.lock().expect("restores lock").get(&key) {
+            return Ok(Some(j.clone()));
+        }
+        let path = BackupPaths::new(backup).restore_job(restore);
+        let Some(job) = Self::load_json::<RestoreJob>(blobs, &path).await? else {
+            return Ok(None);
+        };
+        if job.protocol != PROTOCOL_VERSION {
+            return Err(Error::InvalidResponse {
+                op: "Read Job",
+                detail: format!(
+                    "restore {restore} uses protocol {}; this worker speaks {PROTOCOL_VERSION}",
+                    job.protocol
+                ),
+            });
+        }
+        let job = Arc::new(job);
+        self.restores
+            .lock()
+            .expect("restores lock")
+            .insert(key, job.clone());
+        Ok(Some(job))
+    }
+
+    /// Loads (and caches) a commit record; many restore tasks share one.
+    async fn commit_record(
+        &self,
+        blobs: &BlobClient,
+        path: &str,
+    ) -> Result<Arc<CommitRecord>, Error> {
+        let key = format!("{}/{path}", blobs.container());
+        if let Some(c) = self.commits.lock().expect("commits lock").get(&key) {
+            return Ok(c.clone());
+        }
+        let record = Self::load_json::<CommitRecord>(blobs, path)
+            .await?
+            .ok_or_else(|| Error::Service {
+                op: "Read Commit Record",
+                status: 404,
+                code: Some("BlobNotFound".into()),
+                message: format!("{path} does not exist"),
+                retry_after: None,
+            })?;
+        let record = Arc::new(record);
+        let mut cache = self.commits.lock().expect("commits lock");
+        if cache.len() >= 256 {
+            cache.clear();
+        }
+        cache.insert(key, record.clone());
+        Ok(record)
+    }
+
+    /// The write limiter for a target account (one per account per worker).
+    fn limiter_for(&self, endpoint: &str) -> Arc<AdaptiveLimit> {
+        self.limiters
+            .lock()
+            .expect("limiters lock")
+            .entry(endpoint.to_string())
+            .or_insert_with(|| AdaptiveLimit::new(8, 1, 64))
+            .clone()
+    }
+
+    /// A Table client for an account a job names, from the accounts this worker holds
+    /// credentials for; with a limiter, its retries report throttling to it.
+    fn client_for(
+        &self,
+        accounts: &AccountSet,
+        wanted: &tablevault_common::job::AccountRef,
+        limiter: Option<&Arc<AdaptiveLimit>>,
+    ) -> Option<TableClient> {
+        let account = accounts.find(wanted)?;
+        let key = format!("{}|{}", wanted.table_endpoint, limiter.is_some());
+        let mut cache = self.tables.lock().expect("tables lock");
         if let Some(c) = cache.get(&key) {
             return Some(c.clone());
         }
-        let client = TableClient::with_options(account, &self.config.client_options).ok()?;
+        let mut options = self.config.client_options.clone();
+        if let Some(l) = limiter {
+            options.retry.observer = Some(l.clone());
+        }
+        let client = TableClient::with_options(account, &options).ok()?;
         cache.insert(key, client.clone());
         Some(client)
     }
@@ -434,7 +676,7 @@ impl Worker {
     async fn poison_task(
         &self,
         blobs: &BlobClient,
-        paths: &BackupPaths,
+        poison_path: &str,
         task: &TaskMessage,
         message: &ReceivedMessage,
         reason: &str,
@@ -442,7 +684,7 @@ impl Worker {
         self.stats.tasks_poisoned.fetch_add(1, Ordering::Relaxed);
         tracing::error!(
             reason,
-            "task poisoned: it will not be retried and the backup cannot complete"
+            "task poisoned: it will not be retried and its job cannot complete"
         );
         let record = PoisonRecord {
             job: task.job.clone(),
@@ -459,10 +701,7 @@ impl Worker {
             content_type: Some("application/json".into()),
             ..PutOptions::default()
         };
-        if let Err(e) = blobs
-            .put_blob(&paths.poison(&task.table, &task.task), body, &opts)
-            .await
-        {
+        if let Err(e) = blobs.put_blob(poison_path, body, &opts).await {
             tracing::warn!(error = %e, "could not write the poison record");
         }
         self.move_to_poison(message, reason, Some(task)).await;

@@ -10,7 +10,7 @@ use tablevault_common::job::DEFAULT_QUEUE;
 use tablevault_worker::runtime::{LogFormat, init_logging, resolve_account, shutdown_on_signal};
 use tablevault_worker::{AccountSet, Worker, WorkerConfig, WorkerStats};
 
-/// Runs tablevault tasks from the queue in the backup account.
+/// Runs tablevault backup and restore tasks from the queue in the backup account.
 ///
 /// Start as many as you like, anywhere: they share the queue, and each task is committed
 /// exactly once however often it is delivered. Connection strings can come from the
@@ -36,6 +36,15 @@ struct Args {
         value_name = "CONN"
     )]
     source: Vec<String>,
+    /// Connection string of an account to restore tables into (repeat for several).
+    /// Falls back to AZURE_STORAGE_CONNECTION_STRING.
+    #[arg(
+        long,
+        env = "TABLEVAULT_TARGET",
+        hide_env_values = true,
+        value_name = "CONN"
+    )]
+    target: Vec<String>,
     /// Tasks to run at once. Each holds two pages of entities and a block or two in
     /// memory: a few MiB with compressed blocks, up to about three times --block-size
     /// on the coordinator with --compression none.
@@ -80,21 +89,31 @@ async fn run(args: Args) -> anyhow::Result<()> {
         "--backup",
         "TABLEVAULT_BACKUP",
     )?;
-    let sources = if args.source.is_empty() {
-        vec![resolve_account(
-            None,
-            "source",
-            "--source",
-            "TABLEVAULT_SOURCE",
-        )?]
-    } else {
-        args.source
-            .iter()
-            .map(|s| resolve_account(Some(s), "source", "--source", "TABLEVAULT_SOURCE"))
-            .collect::<Result<_, _>>()?
+    let accounts = |given: &[String], what: &str, flag: &str, env: &str| {
+        if given.is_empty() {
+            // Optional: a worker may serve only backups, or only restores. A fallback
+            // that is set but malformed is still an error.
+            if std::env::var_os(tablevault_worker::runtime::FALLBACK_ENV).is_none() {
+                return Ok(Vec::new());
+            }
+            resolve_account(None, what, flag, env).map(|a| vec![a])
+        } else {
+            given
+                .iter()
+                .map(|s| resolve_account(Some(s), what, flag, env))
+                .collect::<Result<Vec<_>, _>>()
+        }
     };
+    let sources = accounts(&args.source, "source", "--source", "TABLEVAULT_SOURCE")?;
+    let targets = accounts(&args.target, "target", "--target", "TABLEVAULT_TARGET")?;
+    if sources.is_empty() && targets.is_empty() {
+        anyhow::bail!(
+            "no accounts to work on: pass --source and/or --target (or set TABLEVAULT_SOURCE, TABLEVAULT_TARGET or AZURE_STORAGE_CONNECTION_STRING)"
+        );
+    }
     let mut config = WorkerConfig::new(backup, &args.queue);
     config.sources = AccountSet::new(sources);
+    config.targets = AccountSet::new(targets);
     config.concurrency = args.concurrency as usize;
     config.visibility = Duration::from_secs(args.visibility_timeout);
     let worker = Worker::new(config, Arc::new(WorkerStats::default()))?;

@@ -209,6 +209,38 @@ impl Entity {
             .map(|(_, v)| v)
     }
 
+    /// Whether two entities hold the same data: keys, and the same properties with the
+    /// same types and exact values, in any order. Timestamp and ETag are the service's
+    /// bookkeeping and are not compared.
+    pub fn same_data(&self, other: &Entity) -> bool {
+        self.differences(other).is_empty()
+    }
+
+    /// Names of the properties that differ (missing on either side, or a different type
+    /// or value), sorted; `PartitionKey`/`RowKey` if the keys differ.
+    pub fn differences(&self, other: &Entity) -> Vec<String> {
+        let mut out = Vec::new();
+        if self.partition_key != other.partition_key {
+            out.push("PartitionKey".to_string());
+        }
+        if self.row_key != other.row_key {
+            out.push("RowKey".to_string());
+        }
+        for (name, value) in &self.properties {
+            if other.get(name) != Some(value) {
+                out.push(name.clone());
+            }
+        }
+        for (name, _) in &other.properties {
+            if self.get(name).is_none() {
+                out.push(name.clone());
+            }
+        }
+        out.sort();
+        out.dedup();
+        out
+    }
+
     /// Approximate serialized size, for preallocating buffers.
     pub fn approx_size(&self) -> usize {
         64 + self.partition_key.len()
@@ -595,6 +627,23 @@ mod tests {
         assert!(!json.contains("I32@odata.type"));
         let back = entity_from_json(&json).unwrap();
         assert_eq!(back, e);
+    }
+
+    #[test]
+    fn data_comparison_ignores_order_and_service_metadata() {
+        let a = Entity::new("p", "r")
+            .with("A", EdmValue::Int32(1))
+            .with("B", EdmValue::Double(f64::NAN));
+        let mut b = Entity::new("p", "r")
+            .with("B", EdmValue::Double(f64::NAN))
+            .with("A", EdmValue::Int32(1));
+        b.timestamp = Some("2026-01-01T00:00:00.0000000Z".into());
+        b.etag = Some("W/\"x\"".into());
+        assert!(a.same_data(&b));
+        let c = Entity::new("p", "r")
+            .with("A", EdmValue::Int64(1))
+            .with("C", EdmValue::Boolean(true));
+        assert_eq!(a.differences(&c), vec!["A", "B", "C"]);
     }
 
     #[test]

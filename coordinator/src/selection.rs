@@ -1,0 +1,160 @@
+//! Choosing tables of a backup and naming their targets: `--tables T1,T2` and
+//! `--rename T1=T1restored,…`, shared by `restore` and `verify`.
+
+use tablevault_common::job::Manifest;
+use tablevault_common::table::is_valid_table_name;
+
+use crate::exit::{CmdResult, Failure};
+
+/// Parses `--rename` pairs (`from=to`).
+pub fn parse_renames(pairs: &[String]) -> CmdResult<Vec<(String, String)>> {
+    pairs
+        .iter()
+        .map(|p| {
+            let (from, to) = p.split_once('=').ok_or_else(|| {
+                Failure::usage(format!("--rename {p:?}: expected SOURCE=TARGET"))
+            })?;
+            let (from, to) = (from.trim(), to.trim());
+            if !is_valid_table_name(to) {
+                return Err(Failure::usage(format!(
+                    "--rename {p:?}: {to:?} is not a valid table name (3-63 letters and digits, starting with a letter)"
+                )));
+            }
+            Ok((from.to_string(), to.to_string()))
+        })
+        .collect()
+}
+
+/// The (source, target) table pairs to work on: the named tables (all of the backup's
+/// when `None`), each renamed if asked. Unknown names, renames of tables not selected, and
+/// two sources landing in one target are refused.
+pub fn select(
+    manifest: &Manifest,
+    tables: Option<&[String]>,
+    renames: &[(String, String)],
+) -> CmdResult<Vec<(String, String)>> {
+    let in_backup = |name: &str| {
+        manifest
+            .tables
+            .iter()
+            .find(|t| t.name.eq_ignore_ascii_case(name))
+            .map(|t| t.name.clone())
+    };
+    let chosen: Vec<String> = match tables {
+        None => manifest.tables.iter().map(|t| t.name.clone()).collect(),
+        Some(names) => {
+            let mut out = Vec::new();
+            for n in names {
+                let t = in_backup(n).ok_or_else(|| {
+                    Failure::usage(format!(
+                        "table {n:?} is not in backup {} (it has: {})",
+                        manifest.backup_id,
+                        manifest
+                            .tables
+                            .iter()
+                            .map(|t| t.name.as_str())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ))
+                })?;
+                if !out.contains(&t) {
+                    out.push(t);
+                }
+            }
+            out
+        }
+    };
+    for (from, _) in renames {
+        match in_backup(from) {
+            Some(t) if chosen.contains(&t) => {}
+            _ => {
+                return Err(Failure::usage(format!(
+                    "--rename {from}=…: {from:?} is not among the tables being restored"
+                )));
+            }
+        }
+    }
+    let mut pairs: Vec<(String, String)> = chosen
+        .into_iter()
+        .map(|source| {
+            let target = renames
+                .iter()
+                .find(|(from, _)| from.eq_ignore_ascii_case(&source))
+                .map(|(_, to)| to.clone())
+                .unwrap_or_else(|| source.clone());
+            (source, target)
+        })
+        .collect();
+    pairs.sort();
+    for (i, (_, t)) in pairs.iter().enumerate() {
+        if pairs[..i].iter().any(|(_, o)| o.eq_ignore_ascii_case(t)) {
+            return Err(Failure::usage(format!(
+                "two tables would be restored into {t:?}"
+            )));
+        }
+    }
+    Ok(pairs)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tablevault_common::format::Compression;
+    use tablevault_common::job::{AccountRef, ManifestTable};
+
+    fn manifest(names: &[&str]) -> Manifest {
+        Manifest {
+            format: 1,
+            backup_id: "b".into(),
+            created_at: String::new(),
+            completed_at: String::new(),
+            source: AccountRef {
+                account: "a".into(),
+                table_endpoint: "x".into(),
+            },
+            compression: Compression::None,
+            tables: names
+                .iter()
+                .map(|n| ManifestTable {
+                    name: n.to_string(),
+                    entities: 0,
+                    raw_bytes: 0,
+                    stored_bytes: 0,
+                    blobs: 0,
+                    blocks: 0,
+                    ranges: vec![],
+                })
+                .collect(),
+            entities: 0,
+            raw_bytes: 0,
+            stored_bytes: 0,
+            tool_version: String::new(),
+        }
+    }
+
+    #[test]
+    fn selects_and_renames() {
+        let m = manifest(&["Orders", "Users"]);
+        let r = parse_renames(&["orders=OrdersRestored".into()]).unwrap();
+        assert_eq!(
+            select(&m, None, &r).unwrap(),
+            vec![
+                ("Orders".into(), "OrdersRestored".into()),
+                ("Users".into(), "Users".into())
+            ]
+        );
+        assert_eq!(
+            select(&m, Some(&["users".into()]), &[]).unwrap(),
+            vec![("Users".into(), "Users".into())]
+        );
+        assert!(select(&m, Some(&["Nope".into()]), &[]).is_err());
+        assert!(
+            select(&m, Some(&["Users".into()]), &r).is_err(),
+            "rename of an unselected table"
+        );
+        let clash = parse_renames(&["Orders=Users".into()]).unwrap();
+        assert!(select(&m, None, &clash).is_err());
+        assert!(parse_renames(&["Orders".into()]).is_err());
+        assert!(parse_renames(&["Orders=bad-name".into()]).is_err());
+    }
+}

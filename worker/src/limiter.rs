@@ -1,0 +1,203 @@
+//! Adaptive concurrency for writes: how many entity group transactions a worker keeps in
+//! flight against one account. It grows by one after a limit's worth of successes and
+//! halves when the service throttles (503 ServerBusy, 429, 500 OperationTimedOut), at most
+//! once per cool-down, so a hot partition or a busy account is eased off instead of
+//! hammered (additive increase, multiplicative decrease).
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use tablevault_common::Error;
+use tablevault_common::retry::RetryObserver;
+use tokio::sync::Notify;
+
+#[derive(Debug)]
+struct State {
+    limit: usize,
+    in_flight: usize,
+    successes: usize,
+    last_cut: Option<Instant>,
+    throttles: u64,
+}
+
+/// A concurrency limit that adapts to throttling.
+#[derive(Debug)]
+pub struct AdaptiveLimit {
+    state: Mutex<State>,
+    released: Notify,
+    min: usize,
+    max: usize,
+    cool_down: Duration,
+}
+
+/// Holds one unit of concurrency until dropped.
+pub struct LimitGuard<'a> {
+    owner: &'a AdaptiveLimit,
+}
+
+impl AdaptiveLimit {
+    /// A limit starting at `initial`, kept within `min..=max`.
+    pub fn new(initial: usize, min: usize, max: usize) -> Arc<Self> {
+        let min = min.max(1);
+        let max = max.max(min);
+        Arc::new(AdaptiveLimit {
+            state: Mutex::new(State {
+                limit: initial.clamp(min, max),
+                in_flight: 0,
+                successes: 0,
+                last_cut: None,
+                throttles: 0,
+            }),
+            released: Notify::new(),
+            min,
+            max,
+            cool_down: Duration::from_millis(500),
+        })
+    }
+
+    /// Waits for room under the current limit.
+    pub async fn acquire(&self) -> LimitGuard<'_> {
+        loop {
+            let notified = self.released.notified();
+            {
+                let mut s = self.state.lock().expect("limit lock");
+                if s.in_flight < s.limit {
+                    s.in_flight += 1;
+                    return LimitGuard { owner: self };
+                }
+            }
+            notified.await;
+        }
+    }
+
+    /// The current limit.
+    pub fn current(&self) -> usize {
+        self.state.lock().expect("limit lock").limit
+    }
+
+    /// Throttling responses seen so far.
+    pub fn throttles(&self) -> u64 {
+        self.state.lock().expect("limit lock").throttles
+    }
+
+    /// The service pushed back: halve the limit (once per cool-down).
+    pub fn throttled(&self) {
+        let mut s = self.state.lock().expect("limit lock");
+        s.throttles += 1;
+        let now = Instant::now();
+        if s.last_cut
+            .is_some_and(|t| now.duration_since(t) < self.cool_down)
+        {
+            return;
+        }
+        s.last_cut = Some(now);
+        s.successes = 0;
+        let new = (s.limit / 2).max(self.min);
+        if new < s.limit {
+            tracing::info!(
+                from = s.limit,
+                to = new,
+                "service is throttling; lowering write concurrency"
+            );
+            s.limit = new;
+        }
+    }
+
+    fn succeeded(&self) {
+        let mut s = self.state.lock().expect("limit lock");
+        s.successes += 1;
+        if s.successes >= s.limit && s.limit < self.max {
+            s.successes = 0;
+            s.limit += 1;
+            drop(s);
+            self.released.notify_one();
+        }
+    }
+}
+
+impl LimitGuard<'_> {
+    /// The request succeeded: counts towards raising the limit.
+    pub fn success(self) {
+        self.owner.succeeded();
+    }
+}
+
+impl Drop for LimitGuard<'_> {
+    fn drop(&mut self) {
+        self.owner.state.lock().expect("limit lock").in_flight -= 1;
+        self.owner.released.notify_one();
+    }
+}
+
+/// Whether an error is the service asking us to slow down.
+pub fn is_throttling(e: &Error) -> bool {
+    matches!(e.status(), Some(429 | 503))
+        || e.has_code("OperationTimedOut")
+        || e.has_code("ServerBusy")
+}
+
+impl RetryObserver for AdaptiveLimit {
+    fn on_retry(&self, _op: &'static str, error: &Error, _delay: Duration) {
+        if is_throttling(error) {
+            self.throttled();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn grows_on_success_and_halves_on_throttling() {
+        let l = AdaptiveLimit::new(4, 1, 16);
+        for _ in 0..4 {
+            l.acquire().await.success();
+        }
+        assert_eq!(l.current(), 5);
+        l.throttled();
+        assert_eq!(l.current(), 2);
+        l.throttled(); // within the cool-down: no second cut
+        assert_eq!(l.current(), 2);
+        assert_eq!(l.throttles(), 2);
+    }
+
+    #[tokio::test]
+    async fn never_exceeds_the_limit() {
+        let l = AdaptiveLimit::new(2, 1, 2);
+        let a = l.acquire().await;
+        let b = l.acquire().await;
+        let third = tokio::time::timeout(Duration::from_millis(50), l.acquire()).await;
+        assert!(third.is_err(), "a third holder must wait");
+        drop(a);
+        let c = tokio::time::timeout(Duration::from_millis(50), l.acquire()).await;
+        assert!(c.is_ok());
+        drop(b);
+    }
+
+    #[test]
+    fn recognizes_throttling() {
+        let busy = Error::Service {
+            op: "x",
+            status: 503,
+            code: Some("ServerBusy".into()),
+            message: String::new(),
+            retry_after: None,
+        };
+        let timeout = Error::Service {
+            op: "x",
+            status: 500,
+            code: Some("OperationTimedOut".into()),
+            message: String::new(),
+            retry_after: None,
+        };
+        let bad = Error::Service {
+            op: "x",
+            status: 400,
+            code: Some("InvalidInput".into()),
+            message: String::new(),
+            retry_after: None,
+        };
+        assert!(is_throttling(&busy) && is_throttling(&timeout) && !is_throttling(&bad));
+    }
+}
