@@ -170,6 +170,56 @@ async fn backup_status_and_list_with_json_output() {
     let err: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert!(err["error"].as_str().unwrap().contains("NoSuchTable"));
 
+    // Restore into a renamed table, then verify against it: both succeed...
+    let renamed = format!("{table}r");
+    let o = tablevault(
+        &[
+            "restore",
+            &id,
+            "--container",
+            &container,
+            "--rename",
+            &format!("{table}={renamed}"),
+            "--workers",
+            "2",
+            "--json",
+        ],
+        &[("TABLEVAULT_BACKUP", &conn), ("TABLEVAULT_TARGET", &conn)],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let restore: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(
+        (restore["status"].as_str(), restore["written"].as_u64()),
+        (Some("complete"), Some(700))
+    );
+    assert_eq!(restore["tables"][0]["target"], renamed.as_str());
+    let verify_args = [
+        "verify",
+        &id,
+        "--container",
+        &container,
+        "--rename",
+        &format!("{table}={renamed}"),
+        "--json",
+    ];
+    let o = tablevault(
+        &verify_args,
+        &[("TABLEVAULT_BACKUP", &conn), ("TABLEVAULT_AGAINST", &conn)],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    // ...and a difference in the live table is exit code 4.
+    client
+        .delete_entity(&renamed, "customer-00003", "order-0000000003")
+        .await
+        .unwrap();
+    let o = tablevault(
+        &verify_args,
+        &[("TABLEVAULT_BACKUP", &conn), ("TABLEVAULT_AGAINST", &conn)],
+    );
+    assert_eq!(o.status.code(), Some(4), "{}", text(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["tables"][0]["missing_in_live"], 1);
+
     // An unknown backup id is a usage error naming the container.
     let o = tablevault(
         &[

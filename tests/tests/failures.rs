@@ -259,3 +259,31 @@ async fn bearer_tokens_are_sent_and_never_shown() {
             .any(|(k, v)| k == "authorization" && v == "Bearer eyJ0eXAiOiJKV1QifQ.secret.token")
     );
 }
+
+#[tokio::test]
+async fn throttling_inside_retries_lowers_write_concurrency() {
+    use tablevault_worker::limiter::AdaptiveLimit;
+    let ok = "--batchresponse_1\r\nContent-Type: multipart/mixed; boundary=changesetresponse_2\r\n\r\n\
+--changesetresponse_2\r\nContent-Type: application/http\r\n\r\nHTTP/1.1 204 No Content\r\n\r\n\r\n\
+--changesetresponse_2--\r\n--batchresponse_1--\r\n";
+    let server = MockServer::start(vec![
+        Reply::server_busy(),
+        Reply::new(500, &[("x-ms-error-code", "OperationTimedOut")], ""),
+        Reply::new(202, &[], ok),
+    ])
+    .await;
+    let limiter = AdaptiveLimit::new(8, 1, 64);
+    let mut opts = fast();
+    opts.retry.observer = Some(limiter.clone());
+    let t = TableClient::with_options(&account(&server), &opts).unwrap();
+    let guard = limiter.acquire().await;
+    t.submit_batch(
+        "tbl",
+        &[BatchOperation::InsertOrReplace(Entity::new("p", "r"))],
+    )
+    .await
+    .unwrap();
+    guard.success();
+    assert_eq!(limiter.throttles(), 2, "both throttling answers were seen");
+    assert_eq!(limiter.current(), 4, "halved once within the cool-down");
+}

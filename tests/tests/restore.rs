@@ -1,0 +1,602 @@
+//! Distributed restore and verify against Azurite: exact round trips of every type, per
+//! block and per blob tasks, each mode, a killed worker, a corrupt block, refused
+//! backups, and verify's comparison with a live table.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures::TryStreamExt;
+use tablevault_common::blob::{BlobClient, PutOptions};
+use tablevault_common::format::Compression;
+use tablevault_common::job::{BackupPaths, RestoreMode};
+use tablevault_common::keys::EntityKey;
+use tablevault_common::table::{BatchOperation, EdmValue, Entity, Query, TableClient};
+use tablevault_common::{ClientOptions, StorageAccount};
+use tablevault_coordinator::backup::{BackupRequest, Target, WatchOptions, run_backup};
+use tablevault_coordinator::restore::{RestoreRequest, plan_and_enqueue, run_restore, watch};
+use tablevault_coordinator::state::load_manifest;
+use tablevault_coordinator::verify::{VerifyRequest, verify};
+use tablevault_tests::{TestEnv, unique_lower, unique_table};
+use tablevault_worker::reader::load_commit;
+use tablevault_worker::{AccountSet, Worker, WorkerConfig, WorkerStats};
+use tokio_util::sync::CancellationToken;
+
+fn target(account: &StorageAccount) -> Target {
+    Target {
+        account: account.clone(),
+        container: unique_lower("bk"),
+        queue: unique_lower("tasks"),
+        client_options: ClientOptions::default(),
+    }
+}
+
+fn watch_opts(workers: usize, account: &StorageAccount) -> WatchOptions {
+    let mut o = WatchOptions::new(CancellationToken::new());
+    o.workers = workers;
+    o.accounts = AccountSet::new(vec![account.clone()]);
+    o.poll = Duration::from_millis(100);
+    o.quiet = true;
+    o.visibility = Duration::from_secs(3);
+    o
+}
+
+async fn scan_all(client: &TableClient, table: &str) -> Vec<Entity> {
+    let pages: Vec<_> = client
+        .query(
+            table,
+            Query {
+                filter: None,
+                top: Some(1000),
+            },
+        )
+        .try_collect()
+        .await
+        .unwrap();
+    pages.into_iter().flat_map(|p| p.entities).collect()
+}
+
+/// Asserts two tables hold the same entities, property by property, type by type.
+fn assert_same_tables(restored: &[Entity], source: &[Entity]) {
+    assert_eq!(restored.len(), source.len(), "entity counts");
+    for (r, s) in restored.iter().zip(source) {
+        assert_eq!(
+            (&r.partition_key, &r.row_key),
+            (&s.partition_key, &s.row_key)
+        );
+        assert!(
+            r.same_data(s),
+            "{:?}/{:?} differs in {:?}",
+            s.partition_key,
+            s.row_key,
+            r.differences(s)
+        );
+        for (name, value) in &s.properties {
+            assert_eq!(
+                r.get(name).map(EdmValue::edm_type),
+                Some(value.edm_type()),
+                "type of {name}"
+            );
+        }
+    }
+}
+
+fn edge_entity(pk: &str, rk: &str) -> Entity {
+    Entity::new(pk, rk)
+        .with("S", EdmValue::String("plain".into()))
+        .with("Xml", EdmValue::String("<a>&amp;</a> ]]> \"'".into()))
+        .with(
+            "Crlf",
+            EdmValue::String("line1\r\nline2\rline3\nline4\t".into()),
+        )
+        .with(
+            "Ctl",
+            EdmValue::String("nul\u{0}bell\u{7}\u{FFFE}\u{FFFF}".into()),
+        )
+        .with("Empty", EdmValue::String(String::new()))
+        .with("Astral", EdmValue::String("😀𝔘".into()))
+        .with("T", EdmValue::Boolean(true))
+        .with("I32Min", EdmValue::Int32(i32::MIN))
+        .with("I32Max", EdmValue::Int32(i32::MAX))
+        .with("I64Min", EdmValue::Int64(i64::MIN))
+        .with("I64Max", EdmValue::Int64(i64::MAX))
+        .with("DMax", EdmValue::Double(f64::MAX))
+        .with("DSub", EdmValue::Double(5e-324))
+        .with("DWhole", EdmValue::Double(3.0))
+        .with("DTenth", EdmValue::Double(0.1))
+        .with("DNaN", EdmValue::Double(f64::NAN))
+        .with("DInf", EdmValue::Double(f64::INFINITY))
+        .with("DNInf", EdmValue::Double(f64::NEG_INFINITY))
+        .with(
+            "Dt7",
+            EdmValue::DateTime("2024-01-02T03:04:05.1234567Z".into()),
+        )
+        .with(
+            "DtMin",
+            EdmValue::DateTime("1601-01-01T00:00:00.0000000Z".into()),
+        )
+        .with(
+            "G",
+            EdmValue::Guid("c9da6455-213d-42c9-9a79-3e9149a57833".into()),
+        )
+        .with("Bin", EdmValue::Binary((0..=255u8).collect()))
+        .with("BinEmpty", EdmValue::Binary(vec![]))
+}
+
+const KEYS: &[&str] = &["", "o'neil", "100% sure", "a b", "ünï", "日本", "😀", "+=&"];
+
+#[tokio::test]
+async fn every_type_round_trips_through_backup_and_restore() {
+    let env = TestEnv::start().await;
+    let client = TableClient::new(&env.account).unwrap();
+    let table = unique_table("src");
+    client.create_table(&table).await.unwrap();
+    for pk in KEYS {
+        let ops: Vec<_> = KEYS
+            .iter()
+            .map(|rk| BatchOperation::Insert(edge_entity(pk, rk)))
+            .collect();
+        client.submit_batch(&table, &ops).await.unwrap();
+    }
+    let source = scan_all(&client, &table).await;
+    for compression in [Compression::Zstd, Compression::None] {
+        let t = target(&env.account);
+        let mut req = BackupRequest::new(env.account.clone());
+        req.tables = Some(vec![table.clone()]);
+        req.compression = compression;
+        let backup = run_backup(&req, &t, watch_opts(2, &env.account))
+            .await
+            .unwrap();
+        assert_eq!(backup.status, "complete");
+        let restored_table = unique_table("dst");
+        let mut r = RestoreRequest::new(&backup.backup_id, env.account.clone());
+        r.renames = vec![(table.clone(), restored_table.clone())];
+        let report = run_restore(&r, &t, watch_opts(2, &env.account))
+            .await
+            .unwrap();
+        assert_eq!(report.status, "complete", "{report:?}");
+        assert_eq!(report.written, source.len() as u64);
+        let restored = scan_all(&client, &restored_table).await;
+        assert_same_tables(&restored, &source);
+        // Timestamp and ETag are the service's own, not copied.
+        assert_ne!(restored[0].etag, source[0].etag);
+    }
+}
+
+async fn load(client: &TableClient, table: &str, partitions: usize, per: usize) -> Vec<Entity> {
+    client.create_table(table).await.unwrap();
+    for p in 0..partitions {
+        for chunk in (0..per).collect::<Vec<_>>().chunks(100) {
+            let ops: Vec<_> = chunk
+                .iter()
+                .map(|r| {
+                    BatchOperation::Insert(
+                        Entity::new(format!("p{p:03}"), format!("r{r:05}"))
+                            .with("V", EdmValue::Int64(*r as i64))
+                            .with("Pad", EdmValue::String(format!("{p}-{r}-").repeat(20))),
+                    )
+                })
+                .collect();
+            client.submit_batch(table, &ops).await.unwrap();
+        }
+    }
+    scan_all(client, table).await
+}
+
+#[tokio::test]
+async fn thousands_of_entities_restore_per_block_and_per_blob() {
+    let env = TestEnv::start().await;
+    let client = TableClient::new(&env.account).unwrap();
+    let table = unique_table("many");
+    let source = load(&client, &table, 30, 100).await;
+    let t = target(&env.account);
+    let mut req = BackupRequest::new(env.account.clone());
+    req.tables = Some(vec![table.clone()]);
+    req.block_bytes = 64 * 1024;
+    req.blocks_per_blob = 3;
+    req.ranges_per_table = 4;
+    let backup = run_backup(&req, &t, watch_opts(2, &env.account))
+        .await
+        .unwrap();
+    let blobs = t.blobs().unwrap();
+    let manifest = load_manifest(&blobs, &backup.backup_id)
+        .await
+        .unwrap()
+        .unwrap();
+    let (n_blobs, n_blocks) = (manifest.tables[0].blobs, manifest.tables[0].blocks);
+    assert!(
+        n_blocks > n_blobs && n_blobs > 4,
+        "{n_blobs} blobs, {n_blocks} blocks"
+    );
+
+    for (per_blob_max, expected_tasks) in [(u64::MAX, n_blobs), (0, n_blocks)] {
+        let dst = unique_table("dst");
+        let mut r = RestoreRequest::new(&backup.backup_id, env.account.clone());
+        r.renames = vec![(table.clone(), dst.clone())];
+        r.per_blob_max_bytes = per_blob_max;
+        let report = run_restore(&r, &t, watch_opts(3, &env.account))
+            .await
+            .unwrap();
+        assert_eq!(report.status, "complete");
+        assert_eq!(report.tables[0].tasks, expected_tasks);
+        assert_eq!(report.written, 3000);
+        assert_same_tables(&scan_all(&client, &dst).await, &source);
+    }
+}
+
+#[tokio::test]
+async fn each_mode_treats_existing_entities_as_documented() {
+    let env = TestEnv::start().await;
+    let client = TableClient::new(&env.account).unwrap();
+    let table = unique_table("modes");
+    let source = load(&client, &table, 2, 50).await;
+    let t = target(&env.account);
+    let mut req = BackupRequest::new(env.account.clone());
+    req.tables = Some(vec![table.clone()]);
+    let backup = run_backup(&req, &t, watch_opts(2, &env.account))
+        .await
+        .unwrap();
+
+    let damaged_key = ("p000", "r00001");
+    let deleted_key = ("p001", "r00002");
+    for mode in [
+        RestoreMode::Upsert,
+        RestoreMode::Merge,
+        RestoreMode::InsertSkip,
+        RestoreMode::InsertFail,
+    ] {
+        // The damage an application bug did: one entity overwritten (with an extra
+        // property), one deleted, one added that the backup never saw.
+        let dst = unique_table("dst");
+        let ops: Vec<_> = source.iter().cloned().map(BatchOperation::Insert).collect();
+        client.create_table(&dst).await.unwrap();
+        for chunk in ops.chunks(50) {
+            client.submit_batch(&dst, chunk).await.unwrap();
+        }
+        client
+            .upsert_entity(
+                &dst,
+                &Entity::new(damaged_key.0, damaged_key.1)
+                    .with("V", EdmValue::Int64(-1))
+                    .with("Bug", EdmValue::Boolean(true)),
+                false,
+            )
+            .await
+            .unwrap();
+        client
+            .delete_entity(&dst, deleted_key.0, deleted_key.1)
+            .await
+            .unwrap();
+        client
+            .insert_entity(&dst, &Entity::new("p999", "new"))
+            .await
+            .unwrap();
+
+        let mut r = RestoreRequest::new(&backup.backup_id, env.account.clone());
+        r.renames = vec![(table.clone(), dst.clone())];
+        r.mode = mode;
+        let report = run_restore(&r, &t, watch_opts(2, &env.account))
+            .await
+            .unwrap();
+        let damaged = client
+            .get_entity(&dst, damaged_key.0, damaged_key.1)
+            .await
+            .unwrap()
+            .unwrap();
+        let original = source
+            .iter()
+            .find(|e| (e.partition_key.as_str(), e.row_key.as_str()) == damaged_key)
+            .unwrap();
+        assert!(
+            client
+                .get_entity(&dst, deleted_key.0, deleted_key.1)
+                .await
+                .unwrap()
+                .is_some(),
+            "{mode:?} restores the deleted entity"
+        );
+        assert!(
+            client
+                .get_entity(&dst, "p999", "new")
+                .await
+                .unwrap()
+                .is_some(),
+            "{mode:?} never deletes"
+        );
+        let t0 = &report.tables[0];
+        match mode {
+            RestoreMode::Upsert => {
+                assert_eq!(report.status, "complete");
+                assert!(
+                    damaged.same_data(original),
+                    "upsert repairs: {:?}",
+                    damaged.differences(original)
+                );
+                assert_eq!(t0.written, 100);
+            }
+            RestoreMode::Merge => {
+                assert_eq!(report.status, "complete");
+                assert_eq!(
+                    damaged.get("V"),
+                    original.get("V"),
+                    "merge restores backed-up values"
+                );
+                assert_eq!(
+                    damaged.get("Bug"),
+                    Some(&EdmValue::Boolean(true)),
+                    "merge keeps other properties"
+                );
+            }
+            RestoreMode::InsertSkip => {
+                assert_eq!(report.status, "complete");
+                assert_eq!(
+                    damaged.get("V"),
+                    Some(&EdmValue::Int64(-1)),
+                    "insert-skip leaves existing entities alone"
+                );
+                assert_eq!(
+                    (t0.written, t0.identical, t0.skipped, t0.failed),
+                    (1, 98, 1, 0)
+                );
+            }
+            RestoreMode::InsertFail => {
+                assert_eq!(report.status, "failed");
+                assert_eq!(
+                    damaged.get("V"),
+                    Some(&EdmValue::Int64(-1)),
+                    "insert-fail never overwrites"
+                );
+                assert_eq!((t0.written, t0.identical, t0.failed), (1, 98, 1));
+                assert_eq!(report.failures.len(), 1);
+                assert_eq!(
+                    report.failures[0].keys,
+                    vec![EntityKey::new(damaged_key.0, damaged_key.1)]
+                );
+                assert_eq!(report.failures[0].code.as_deref(), Some("Conflict"));
+            }
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_killed_worker_mid_restore_is_redone() {
+    let env = TestEnv::start().await;
+    let client = TableClient::new(&env.account).unwrap();
+    let table = unique_table("kill");
+    let source = load(&client, &table, 20, 100).await;
+    let t = target(&env.account);
+    let mut req = BackupRequest::new(env.account.clone());
+    req.tables = Some(vec![table.clone()]);
+    req.ranges_per_table = 1;
+    let backup = run_backup(&req, &t, watch_opts(1, &env.account))
+        .await
+        .unwrap();
+
+    let dst = unique_table("dst");
+    let mut r = RestoreRequest::new(&backup.backup_id, env.account.clone());
+    r.renames = vec![(table.clone(), dst.clone())];
+    let job = plan_and_enqueue(&r, &t).await.unwrap();
+    // A worker starts writing, then dies without a word.
+    let stats = Arc::new(WorkerStats::default());
+    let mut config = WorkerConfig::new(t.account.clone(), &t.queue);
+    config.targets = AccountSet::new(vec![env.account.clone()]);
+    config.concurrency = 1;
+    config.visibility = Duration::from_secs(2);
+    let w = Worker::new(config, stats.clone()).unwrap();
+    let h = tokio::spawn(w.run(CancellationToken::new()));
+    while stats.entities.load(std::sync::atomic::Ordering::Relaxed) == 0 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    h.abort();
+    let _ = h.await;
+    let partial = scan_all(&client, &dst).await.len();
+    assert!(
+        partial < 2000,
+        "the first worker was stopped mid-way ({partial} written)"
+    );
+
+    let report = watch(&t, &job, &watch_opts(2, &env.account)).await.unwrap();
+    assert_eq!(report.status, "complete");
+    assert_same_tables(&scan_all(&client, &dst).await, &source);
+}
+
+#[tokio::test]
+async fn a_corrupt_block_is_reported_and_nothing_from_it_is_written() {
+    let env = TestEnv::start().await;
+    let client = TableClient::new(&env.account).unwrap();
+    let table = unique_table("corrupt");
+    let source = load(&client, &table, 4, 250).await;
+    let t = target(&env.account);
+    let mut req = BackupRequest::new(env.account.clone());
+    req.tables = Some(vec![table.clone()]);
+    req.block_bytes = 64 * 1024;
+    req.blocks_per_blob = 1;
+    req.compression = Compression::Zstd;
+    let backup = run_backup(&req, &t, watch_opts(2, &env.account))
+        .await
+        .unwrap();
+    let blobs: BlobClient = t.blobs().unwrap();
+    let manifest = load_manifest(&blobs, &backup.backup_id)
+        .await
+        .unwrap()
+        .unwrap();
+    let commit = load_commit(&blobs, &manifest.tables[0].ranges[1].commit)
+        .await
+        .unwrap();
+    let victim = &commit.blobs[0];
+    let mut bytes = blobs.get(&victim.name).await.unwrap().to_vec();
+    let middle = bytes.len() / 2;
+    bytes[middle] ^= 0x55;
+    blobs
+        .put_blob(&victim.name, Bytes::from(bytes), &PutOptions::default())
+        .await
+        .unwrap();
+    let span = (
+        victim.blocks[0].first_key.clone(),
+        victim.blocks[0].last_key.clone(),
+    );
+
+    let dst = unique_table("dst");
+    let mut r = RestoreRequest::new(&backup.backup_id, env.account.clone());
+    r.renames = vec![(table.clone(), dst.clone())];
+    let report = run_restore(&r, &t, watch_opts(2, &env.account))
+        .await
+        .unwrap();
+    assert_eq!(report.status, "failed", "never reported as a success");
+    assert_eq!(report.poisoned.len(), 1);
+    assert!(
+        report.poisoned[0].reason.contains("checksum mismatch"),
+        "{}",
+        report.poisoned[0].reason
+    );
+    let restored = scan_all(&client, &dst).await;
+    let in_span = |e: &Entity| {
+        let k = EntityKey::new(&e.partition_key, &e.row_key);
+        k >= span.0 && k <= span.1
+    };
+    assert!(
+        !restored.iter().any(in_span),
+        "nothing from the corrupt block was written"
+    );
+    let expected: Vec<_> = source.iter().filter(|e| !in_span(e)).cloned().collect();
+    assert_same_tables(&restored, &expected);
+
+    // verify finds the same block, and the live comparison does not blame the table
+    // for entities it could not read from the backup.
+    let v = verify(
+        &blobs,
+        &VerifyRequest {
+            backup_id: backup.backup_id.clone(),
+            tables: None,
+            renames: vec![],
+            against: Some(env.account.clone()),
+        },
+    )
+    .await
+    .unwrap();
+    assert_eq!(v.status, "mismatch");
+    assert_eq!(v.tables[0].bad_blocks, 1);
+    assert_eq!(
+        (
+            v.tables[0].missing_in_live,
+            v.tables[0].extra_in_live,
+            v.tables[0].different
+        ),
+        (0, 0, 0)
+    );
+    assert!(
+        v.problems.iter().any(|p| p.contains("checksum mismatch")),
+        "{:?}",
+        v.problems
+    );
+}
+
+#[tokio::test]
+async fn restore_refuses_incomplete_backups_and_unknown_versions() {
+    let env = TestEnv::start().await;
+    let client = TableClient::new(&env.account).unwrap();
+    let table = unique_table("refuse");
+    load(&client, &table, 1, 10).await;
+    let t = target(&env.account);
+    let mut req = BackupRequest::new(env.account.clone());
+    req.tables = Some(vec![table.clone()]);
+    // Planned but never run: no manifest.
+    let job = tablevault_coordinator::backup::plan(&req, &t)
+        .await
+        .unwrap();
+    let err = run_restore(
+        &RestoreRequest::new(&job.backup_id, env.account.clone()),
+        &t,
+        watch_opts(0, &env.account),
+    )
+    .await
+    .unwrap_err();
+    assert!(err.message.contains("incomplete"), "{}", err.message);
+    assert_eq!(err.code as i32, 2);
+
+    // A manifest from a future format.
+    let backup = run_backup(&req, &t, watch_opts(1, &env.account))
+        .await
+        .unwrap();
+    let blobs = t.blobs().unwrap();
+    let path = BackupPaths::new(&backup.backup_id).manifest();
+    let mut m: serde_json::Value =
+        serde_json::from_slice(&blobs.get(&path).await.unwrap()).unwrap();
+    m["format"] = 2.into();
+    blobs
+        .put_blob(&path, Bytes::from(m.to_string()), &PutOptions::default())
+        .await
+        .unwrap();
+    let err = run_restore(
+        &RestoreRequest::new(&backup.backup_id, env.account.clone()),
+        &t,
+        watch_opts(0, &env.account),
+    )
+    .await
+    .unwrap_err();
+    assert!(err.message.contains("format version 2"), "{}", err.message);
+
+    let err = run_restore(
+        &RestoreRequest::new("20200101T000000Z-00000000", env.account.clone()),
+        &t,
+        watch_opts(0, &env.account),
+    )
+    .await
+    .unwrap_err();
+    assert!(err.message.contains("not found"), "{}", err.message);
+}
+
+#[tokio::test]
+async fn verify_finds_every_difference_with_a_live_table() {
+    let env = TestEnv::start().await;
+    let client = TableClient::new(&env.account).unwrap();
+    let table = unique_table("live");
+    load(&client, &table, 3, 40).await;
+    let t = target(&env.account);
+    let mut req = BackupRequest::new(env.account.clone());
+    req.tables = Some(vec![table.clone()]);
+    let backup = run_backup(&req, &t, watch_opts(2, &env.account))
+        .await
+        .unwrap();
+    let blobs = t.blobs().unwrap();
+    let request = VerifyRequest {
+        backup_id: backup.backup_id.clone(),
+        tables: None,
+        renames: vec![],
+        against: Some(env.account.clone()),
+    };
+    let clean = verify(&blobs, &request).await.unwrap();
+    assert_eq!(clean.status, "ok", "{:?}", clean.problems);
+    assert_eq!(clean.tables[0].entities_read, 120);
+
+    client
+        .upsert_entity(
+            &table,
+            &Entity::new("p001", "r00005").with("V", EdmValue::Int32(5)),
+            false,
+        )
+        .await
+        .unwrap();
+    client
+        .delete_entity(&table, "p002", "r00000")
+        .await
+        .unwrap();
+    client
+        .insert_entity(&table, &Entity::new("p000", "zzz"))
+        .await
+        .unwrap();
+    let v = verify(&blobs, &request).await.unwrap();
+    assert_eq!(v.status, "mismatch");
+    let tr = &v.tables[0];
+    assert_eq!(
+        (tr.missing_in_live, tr.extra_in_live, tr.different),
+        (1, 1, 1)
+    );
+    let different = v
+        .differences
+        .iter()
+        .find(|d| d.kind == "different")
+        .unwrap();
+    assert_eq!(different.key, EntityKey::new("p001", "r00005"));
+    assert_eq!(different.properties, vec!["Pad", "V"]);
+}
