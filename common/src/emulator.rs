@@ -95,6 +95,8 @@ pub struct Azurite {
     blob_port: u16,
     queue_port: u16,
     table_port: u16,
+    /// Started with one process per service (blob, queue, table, in that order).
+    split: bool,
 }
 
 impl Azurite {
@@ -132,6 +134,7 @@ impl Azurite {
             queue_port: port("Queue")?,
             table_port: port("Table")?,
             children: vec![child],
+            split: false,
         })
     }
 
@@ -141,30 +144,11 @@ impl Azurite {
         let dir = ensure_installed()?;
         let mut children = Vec::new();
         let mut ports = Vec::new();
-        for (svc, exe, flag) in [
-            ("Blob", "azurite-blob", "--blobPort"),
-            ("Queue", "azurite-queue", "--queuePort"),
-            ("Table", "azurite-table", "--tablePort"),
-        ] {
+        for i in 0..3 {
             // The single-service launchers do not report a port chosen by the OS, so pick a
             // free one ourselves.
             let port = free_port()?;
-            let mut cmd = Command::new(bin(&dir, exe));
-            cmd.args([
-                "--silent",
-                "--inMemoryPersistence",
-                "--disableTelemetry",
-                flag,
-                &port.to_string(),
-            ]);
-            cmd.arg(match svc {
-                "Blob" => "--blobHost",
-                "Queue" => "--queueHost",
-                _ => "--tableHost",
-            });
-            cmd.arg("127.0.0.1");
-            let (child, _) = spawn_and_read_ports(cmd, 1).await?;
-            children.push(child);
+            children.push(spawn_single(&dir, i, port).await?);
             ports.push(port);
         }
         Ok(Azurite {
@@ -172,7 +156,23 @@ impl Azurite {
             blob_port: ports[0],
             queue_port: ports[1],
             table_port: ports[2],
+            split: true,
         })
+    }
+
+    /// Replaces the Table service of a split emulator with a fresh, empty one on the
+    /// same port (blobs and queues keep their state). The emulator's insert rate falls as
+    /// its in-memory database grows, so benchmarks start each measurement afresh.
+    pub async fn restart_table(&mut self) -> Result<(), EmulatorError> {
+        if !self.split {
+            return Err(EmulatorError::StartFailed(
+                "only an emulator started with start_split can restart its Table service".into(),
+            ));
+        }
+        let dir = ensure_installed()?;
+        let _ = self.children[2].kill().await;
+        self.children[2] = spawn_single(&dir, 2, self.table_port).await?;
+        Ok(())
     }
 
     /// The emulator's account, with this instance's endpoints.
@@ -204,6 +204,26 @@ impl Drop for Azurite {
             let _ = c.start_kill();
         }
     }
+}
+
+/// Starts one service (0 blob, 1 queue, 2 table) on a given port.
+async fn spawn_single(dir: &Path, service: usize, port: u16) -> Result<Child, EmulatorError> {
+    let (exe, port_flag, host_flag) = [
+        ("azurite-blob", "--blobPort", "--blobHost"),
+        ("azurite-queue", "--queuePort", "--queueHost"),
+        ("azurite-table", "--tablePort", "--tableHost"),
+    ][service];
+    let mut cmd = Command::new(bin(dir, exe));
+    cmd.args([
+        "--silent",
+        "--inMemoryPersistence",
+        "--disableTelemetry",
+        port_flag,
+        &port.to_string(),
+        host_flag,
+        "127.0.0.1",
+    ]);
+    Ok(spawn_and_read_ports(cmd, 1).await?.0)
 }
 
 fn free_port() -> std::io::Result<u16> {

@@ -1,10 +1,14 @@
-//! The benchmark behind `tablevault-bench`: measures backup throughput and memory on the
-//! Azurite emulator against the emulator's own ceiling, measured by the same harness.
+//! The benchmark behind `tablevault-bench`: measures backup and restore throughput and
+//! memory on the Azurite emulator against the emulator's own ceilings, measured by the
+//! same harness.
 //!
-//! Azurite runs one process per service, so blob uploads do not queue behind table scans
-//! on one Node.js thread. The ceiling is the project's Table client scanning the whole
-//! table sequentially (1000-entity pages) as fast as the emulator answers. Each backup runs
-//! as a child `tablevault backup --json` process so its peak RSS is its own.
+//! Azurite runs one process per service, so blob traffic does not queue behind table
+//! work on one Node.js thread. The backup ceiling is the project's Table client scanning
+//! the whole table sequentially (1000-entity pages); the restore ceiling is the same
+//! client upserting the same entities as 100-entity batches, 8 in flight, into a fresh
+//! table. Each restore measurement (ceiling included) starts on a freshly started Table
+//! service, because the emulator's insert rate falls as its database grows. Each backup or restore runs as a child `tablevault … --json` process so its peak
+//! RSS is its own.
 
 use std::path::PathBuf;
 use std::process::Stdio;
@@ -167,6 +171,89 @@ struct Runner<'a> {
 }
 
 impl Runner<'_> {
+    async fn run_json(&self, args: &[&str]) -> CmdResult<serde_json::Value> {
+        let conn = self.azurite.connection_string();
+        let out = tokio::process::Command::new(self.exe)
+            .args(args)
+            .env("TABLEVAULT_SOURCE", &conn)
+            .env("TABLEVAULT_BACKUP", &conn)
+            .env("TABLEVAULT_TARGET", &conn)
+            .stdin(Stdio::null())
+            .output()
+            .await
+            .map_err(|e| Failure::failed(format!("cannot run {}: {e}", self.exe.display())))?;
+        serde_json::from_slice(&out.stdout).map_err(|_| {
+            Failure::failed(format!(
+                "{} did not print a report: {}{}",
+                args[0],
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            ))
+        })
+    }
+
+    /// Takes the backup the restore runs read.
+    async fn backup_id(&self) -> CmdResult<String> {
+        let report = self
+            .run_json(&[
+                "backup",
+                "--tables",
+                self.table,
+                "--workers",
+                "4",
+                "--compression",
+                self.compression,
+                "--container",
+                "bench-restore",
+                "--json",
+            ])
+            .await?;
+        report["backup_id"]
+            .as_str()
+            .map(str::to_string)
+            .ok_or_else(|| Failure::failed(format!("backup failed: {report}")))
+    }
+
+    /// Runs `tablevault restore` into a fresh table in a child process.
+    async fn restore(
+        &self,
+        backup_id: &str,
+        workers: usize,
+        round: usize,
+        ceiling: f64,
+    ) -> CmdResult<RestoreRun> {
+        let rename = format!("{}={}R{workers}w{round}", self.table, self.table);
+        let report = self
+            .run_json(&[
+                "restore",
+                backup_id,
+                "--container",
+                "bench-restore",
+                "--rename",
+                &rename,
+                "--workers",
+                &workers.to_string(),
+                "--json",
+            ])
+            .await?;
+        if report["status"] != "complete" {
+            return Err(Failure::failed(format!(
+                "restore did not complete: {report}"
+            )));
+        }
+        let entities = report["written"].as_u64().unwrap_or(0);
+        let seconds = report["duration_seconds"].as_f64().unwrap_or(f64::NAN);
+        let eps = entities as f64 / seconds;
+        Ok(RestoreRun {
+            workers,
+            entities,
+            seconds,
+            entities_per_second: eps,
+            fraction_of_ceiling: eps / ceiling,
+            peak_rss_bytes: report["peak_rss_bytes"].as_u64(),
+        })
+    }
+
     /// Runs `tablevault backup` in a child process and reads its JSON report.
     async fn backup(
         &self,
@@ -341,4 +428,164 @@ fn print_table(results: &[SizeResult]) {
         }
     }
     println!("(medians over the rounds; each round's rate is divided by that round's ceiling)");
+}
+
+/// One restore run.
+#[derive(Debug, Clone, Serialize)]
+pub struct RestoreRun {
+    /// In-process workers.
+    pub workers: usize,
+    /// Entities written.
+    pub entities: u64,
+    /// Wall seconds of the whole command (planning, enqueueing, reporting included).
+    pub seconds: f64,
+    /// Entities per second.
+    pub entities_per_second: f64,
+    /// Share of the batch-insert ceiling.
+    pub fraction_of_ceiling: f64,
+    /// Peak RSS of the restore process.
+    pub peak_rss_bytes: Option<u64>,
+}
+
+/// Results of the restore benchmark for one table size.
+#[derive(Debug, Clone, Serialize)]
+pub struct RestoreSizeResult {
+    /// Entities in the table.
+    pub entities: u64,
+    /// Median ceiling (entities/s) over the rounds.
+    pub ceiling_entities_per_second: f64,
+    /// Medians per worker count: (workers, entities/s, fraction of ceiling, max peak RSS).
+    pub restores: Vec<(usize, f64, f64, Option<u64>)>,
+    /// Every measurement: the round's ceiling and its runs.
+    pub rounds: Vec<(f64, Vec<RestoreRun>)>,
+}
+
+async fn fresh_tables(azurite: &mut Azurite) -> CmdResult<()> {
+    azurite
+        .restart_table()
+        .await
+        .map_err(|e| Failure::failed(format!("cannot restart the emulator's Table service: {e}")))
+}
+
+/// Runs the restore benchmark.
+pub async fn run_restore_bench(opts: &BenchOptions) -> CmdResult<ExitCode> {
+    let exe = sibling_binary("tablevault")?;
+    let mut results = Vec::new();
+    for &size in &opts.sizes {
+        let mut azurite = Azurite::start_split()
+            .await
+            .map_err(|e| Failure::failed(format!("cannot start the emulator: {e}")))?;
+        let client = TableClient::new(&azurite.account())?;
+        let table = "BenchTable";
+        let partitions = (size / 500).clamp(1, 200);
+        if !opts.json {
+            eprintln!("loading {size} entities ({partitions} partitions) and backing them up ...");
+        }
+        crate::sample::load_sample(&client, table, size, partitions, 4).await?;
+        let backup_id = Runner {
+            exe: &exe,
+            azurite: &azurite,
+            table,
+            compression: &opts.compression,
+        }
+        .backup_id()
+        .await?;
+        let mut rounds = Vec::new();
+        for round in 0..opts.repeat.max(1) {
+            // Every measurement starts on an empty Table service: the emulator's insert
+            // rate falls as its in-memory database grows. The backup stays in the Blob
+            // service.
+            fresh_tables(&mut azurite).await?;
+            let started = Instant::now();
+            crate::sample::load_sample(&client, &format!("Ceiling{round}"), size, partitions, 8)
+                .await?;
+            let ceiling = size as f64 / started.elapsed().as_secs_f64();
+            if !opts.json {
+                eprintln!(
+                    "  round {}: batch-insert ceiling {ceiling:.0} entities/s",
+                    round + 1
+                );
+            }
+            let mut runs = Vec::new();
+            for &w in &opts.workers {
+                fresh_tables(&mut azurite).await?;
+                let runner = Runner {
+                    exe: &exe,
+                    azurite: &azurite,
+                    table,
+                    compression: &opts.compression,
+                };
+                let run = runner.restore(&backup_id, w, round, ceiling).await?;
+                if !opts.json {
+                    eprintln!(
+                        "    restore, {w} worker(s): {:.0} entities/s ({:.0}% of ceiling), peak RSS {}",
+                        run.entities_per_second,
+                        run.fraction_of_ceiling * 100.0,
+                        run.peak_rss_bytes
+                            .map_or("?".into(), |b| indicatif::HumanBytes(b).to_string())
+                    );
+                }
+                runs.push(run);
+            }
+            rounds.push((ceiling, runs));
+        }
+        let restores = opts
+            .workers
+            .iter()
+            .enumerate()
+            .map(|(i, &w)| {
+                (
+                    w,
+                    median(
+                        rounds
+                            .iter()
+                            .map(|(_, r)| r[i].entities_per_second)
+                            .collect(),
+                    ),
+                    median(
+                        rounds
+                            .iter()
+                            .map(|(_, r)| r[i].fraction_of_ceiling)
+                            .collect(),
+                    ),
+                    rounds.iter().filter_map(|(_, r)| r[i].peak_rss_bytes).max(),
+                )
+            })
+            .collect();
+        results.push(RestoreSizeResult {
+            entities: size,
+            ceiling_entities_per_second: median(rounds.iter().map(|(c, _)| *c).collect()),
+            restores,
+            rounds,
+        });
+    }
+    if opts.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&results).expect("results serialize")
+        );
+    } else {
+        println!(
+            "{:>9}  {:>7}  {:>12}  {:>8}  {:>10}",
+            "entities", "workers", "entities/s", "ceiling", "peak RSS"
+        );
+        for r in &results {
+            println!(
+                "{:>9}  {:>7}  {:>12.0}  {:>8}  {:>10}",
+                r.entities, "batches", r.ceiling_entities_per_second, "100%", "-"
+            );
+            for (w, eps, frac, rss) in &r.restores {
+                println!(
+                    "{:>9}  {:>7}  {:>12.0}  {:>7.0}%  {:>10}",
+                    r.entities,
+                    w,
+                    eps,
+                    frac * 100.0,
+                    rss.map_or("?".into(), |x| indicatif::HumanBytes(x).to_string())
+                );
+            }
+        }
+        println!("(medians over the rounds; each round's rate is divided by that round's ceiling)");
+    }
+    Ok(ExitCode::Ok)
 }

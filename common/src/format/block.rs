@@ -273,16 +273,38 @@ fn read_batch(reader: &mut quick_xml::Reader<&[u8]>) -> Result<Vec<Entity>, Form
 }
 
 /// Reads an element's text up to its end tag; `enc="base64"` is decoded.
+/// Reads the named attributes of an element in one pass (unknown ones are ignored).
+fn attrs<'e, const N: usize>(
+    e: &'e BytesStart<'_>,
+    names: [&[u8]; N],
+) -> Result<[Option<std::borrow::Cow<'e, str>>; N], FormatError> {
+    let mut out = [const { None }; N];
+    for a in e.attributes() {
+        let a = a.map_err(|err| corrupt(format!("bad attribute: {err}")))?;
+        if let Some(i) = names.iter().position(|n| *n == a.key.as_ref()) {
+            let v = a
+                .unescape_value()
+                .map_err(|err| corrupt(format!("bad attribute value: {err}")))?;
+            out[i] = Some(v);
+        }
+    }
+    Ok(out)
+}
+
+/// Whether an `enc` attribute asks for the base64 escape.
+fn is_base64(enc: Option<&str>) -> Result<bool, FormatError> {
+    match enc {
+        None => Ok(false),
+        Some("base64") => Ok(true),
+        Some(other) => Err(corrupt(format!("unknown encoding {other:?}"))),
+    }
+}
+
 fn read_value(
     reader: &mut quick_xml::Reader<&[u8]>,
-    start: &BytesStart<'_>,
+    base64: bool,
     empty: bool,
 ) -> Result<String, FormatError> {
-    let base64 = match attr(start, b"enc")?.as_deref() {
-        None => false,
-        Some("base64") => true,
-        Some(other) => return Err(corrupt(format!("unknown encoding {other:?}"))),
-    };
     let mut text = String::new();
     if !empty {
         loop {
@@ -314,8 +336,9 @@ fn read_entry(
     reader: &mut quick_xml::Reader<&[u8]>,
     start: &BytesStart<'_>,
 ) -> Result<Entity, FormatError> {
-    let etag = match (attr(start, b"m:etag")?, attr(start, b"etag64")?) {
-        (Some(e), None) => Some(e),
+    let [etag, etag64] = attrs(start, [b"m:etag", b"etag64"])?;
+    let etag = match (etag, etag64) {
+        (Some(e), None) => Some(e.into_owned()),
         (None, Some(b)) => Some(from_base64(&b).map_err(corrupt)?),
         (None, None) => None,
         (Some(_), Some(_)) => return Err(corrupt("entry has two etags")),
@@ -332,8 +355,8 @@ fn read_entry(
         {
             Event::Text(t) if t.iter().all(u8::is_ascii_whitespace) => continue,
             Event::Comment(_) => continue,
-            Event::Start(e) => (e.into_owned(), false),
-            Event::Empty(e) => (e.into_owned(), true),
+            Event::Start(e) => (e, false),
+            Event::Empty(e) => (e, true),
             Event::End(e) if e.name().as_ref() == b"entry" => break,
             Event::Eof => return Err(corrupt("entry is not closed (truncated?)")),
             _ => return Err(corrupt("unexpected content in an entry")),
@@ -343,8 +366,9 @@ fn read_entry(
             b"RowKey" => &mut rk,
             b"Timestamp" => &mut timestamp,
             b"P" => {
-                let name = match (attr(&e, b"n")?, attr(&e, b"n64")?) {
-                    (Some(n), None) => n,
+                let [n, n64, type_name, enc] = attrs(&e, [b"n", b"n64", b"m:type", b"enc"])?;
+                let name = match (n, n64) {
+                    (Some(n), None) => n.into_owned(),
                     (None, Some(b)) => from_base64(&b).map_err(corrupt)?,
                     _ => return Err(corrupt("property needs exactly one of n or n64")),
                 };
@@ -353,15 +377,25 @@ fn read_entry(
                 {
                     return Err(corrupt(format!("invalid property name {name:?}")));
                 }
-                let type_name = attr(&e, b"m:type")?
-                    .ok_or_else(|| corrupt(format!("property {name:?} has no m:type")))?;
+                let type_name =
+                    type_name.ok_or_else(|| corrupt(format!("property {name:?} has no m:type")))?;
                 let edm = EdmType::from_name(&type_name).ok_or_else(|| {
                     corrupt(format!("property {name:?} has unknown type {type_name:?}"))
                 })?;
-                let text = read_value(reader, &e, empty)?;
+                let text = read_value(reader, is_base64(enc.as_deref())?, empty)?;
                 let value = parse_value(edm, text)
                     .map_err(|why| corrupt(format!("property {name:?}: {why}")))?;
-                if !names.insert(name.clone()) {
+                // Entities usually have a few properties: a linear scan beats hashing
+                // until there are many.
+                let duplicate = if properties.len() < 16 {
+                    properties.iter().any(|(n, _)| *n == name)
+                } else {
+                    if names.is_empty() {
+                        names.extend(properties.iter().map(|(n, _)| n.clone()));
+                    }
+                    !names.insert(name.clone())
+                };
+                if duplicate {
                     return Err(corrupt(format!("property {name:?} appears twice")));
                 }
                 properties.push((name, value));
@@ -383,7 +417,8 @@ fn read_entry(
                 String::from_utf8_lossy(e.name().as_ref())
             )));
         }
-        *slot = Some(read_value(reader, &e, empty)?);
+        let [enc] = attrs(&e, [b"enc"])?;
+        *slot = Some(read_value(reader, is_base64(enc.as_deref())?, empty)?);
     }
     Ok(Entity {
         partition_key: pk.ok_or_else(|| corrupt("entry has no PartitionKey"))?,

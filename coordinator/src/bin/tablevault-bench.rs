@@ -3,7 +3,7 @@
 //! the README's "Benchmarks" section.
 
 use clap::{Parser, Subcommand};
-use tablevault_coordinator::bench::{BenchOptions, run_backup_bench};
+use tablevault_coordinator::bench::{BenchOptions, run_backup_bench, run_restore_bench};
 
 /// Measures tablevault on a local Azurite (installed and started by the harness).
 #[derive(Parser, Debug)]
@@ -33,6 +33,25 @@ enum Bench {
         #[arg(long)]
         json: bool,
     },
+    /// Restore entities/s and peak RSS, with the emulator's batch-insert rate as the
+    /// ceiling.
+    Restore {
+        /// Table sizes (comma-separated), each loaded into a fresh emulator.
+        #[arg(long, value_delimiter = ',', default_value = "50000")]
+        entities: Vec<u64>,
+        /// Worker counts (comma-separated) to measure at each size.
+        #[arg(long, value_delimiter = ',', default_value = "1,4")]
+        workers: Vec<usize>,
+        /// Block compression of the backup restored from.
+        #[arg(long, default_value = "zstd")]
+        compression: String,
+        /// Rounds per size (each re-measures the ceiling); medians are reported.
+        #[arg(long, default_value_t = 3)]
+        repeat: usize,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[tokio::main]
@@ -47,6 +66,22 @@ async fn main() -> std::process::ExitCode {
             json,
         } => {
             run_backup_bench(&BenchOptions {
+                sizes: entities,
+                workers,
+                compression,
+                repeat,
+                json,
+            })
+            .await
+        }
+        Bench::Restore {
+            entities,
+            workers,
+            compression,
+            repeat,
+            json,
+        } => {
+            run_restore_bench(&BenchOptions {
                 sizes: entities,
                 workers,
                 compression,
