@@ -4,7 +4,6 @@
 //! and writes only blobs and the queue, so `status --wait` can take over from a
 //! coordinator that died.
 
-use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
@@ -22,8 +21,8 @@ use tablevault_common::job::{
 use tablevault_common::queue::{MessageTtl, QueueClient};
 use tablevault_common::table::TableClient;
 use tablevault_common::{ClientOptions, StorageAccount};
+use tablevault_worker::AccountSet;
 use tablevault_worker::accounts::account_ref;
-use tablevault_worker::{AccountSet, Worker, WorkerConfig, WorkerStats};
 use tokio_util::sync::CancellationToken;
 
 use crate::exit::{CmdResult, Failure};
@@ -32,6 +31,7 @@ use crate::planner::{Planning, discover_ranges, normalize_split_keys, ranges_fro
 use crate::progress::{Progress, Snapshot};
 use crate::report::{BackupReport, PoisonReport, TableReport, peak_rss_bytes};
 use crate::state::JobState;
+use crate::workers::InProcessWorkers;
 
 /// Ranges per table to discover when the user does not say: two per in-process worker
 /// (at least 8) so no worker waits on a straggler for long; 32 when the workers are
@@ -341,20 +341,8 @@ pub async fn watch(
 ) -> CmdResult<BackupReport> {
     let started = Instant::now();
     let blobs = target.blobs()?;
-    let stats = Arc::new(WorkerStats::default());
-    let workers_stop = opts.shutdown.child_token();
-    let mut workers = tokio::task::JoinSet::new();
-    for _ in 0..opts.workers {
-        let mut config = WorkerConfig::new(target.account.clone(), &target.queue);
-        config.sources = opts.accounts.clone();
-        config.concurrency = 1;
-        config.visibility = opts.visibility;
-        config.max_poll_interval = Duration::from_millis(500);
-        config.only_job = Some(job.backup_id.clone());
-        config.client_options = target.client_options.clone();
-        let worker = Worker::new(config, stats.clone())?;
-        workers.spawn(worker.run(workers_stop.clone()));
-    }
+    let mut workers = InProcessWorkers::start(target, &job.backup_id, opts)?;
+    let stats = workers.stats.clone();
     let mut state = JobState::new(blobs.clone(), job);
     let mut progress = Progress::new("backup", opts.quiet);
     let mut stalled_checks = 0;
@@ -396,23 +384,20 @@ pub async fn watch(
             stalled_checks += 1;
             if stalled_checks > 3 {
                 progress.finish();
-                workers_stop.cancel();
+                workers.stop().await;
                 return Err(Failure::failed(
                     "internal error: every task is committed but the ranges do not tile the key space",
                 ));
             }
         }
-        if let Some(Ok(Err(e))) = workers.try_join_next() {
-            tracing::error!(error = %e, "an in-process worker stopped");
-        }
+        workers.check();
         tokio::select! {
             _ = opts.shutdown.cancelled() => break "interrupted",
             _ = stats.changed.notified() => {}
             _ = tokio::time::sleep(opts.poll) => {}
         }
     };
-    workers_stop.cancel();
-    while workers.join_next().await.is_some() {}
+    workers.stop().await;
     progress.finish();
     let mut report = report_from_state(&state, target, outcome);
     if outcome == "complete" {

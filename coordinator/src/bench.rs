@@ -35,6 +35,20 @@ pub struct BenchOptions {
     pub json: bool,
 }
 
+/// The median over the rounds of one measurement of run `i` (one worker count).
+fn column<C, R>(rounds: &[(C, Vec<R>)], i: usize, f: impl Fn(&R) -> f64) -> f64 {
+    median(rounds.iter().map(|(_, runs)| f(&runs[i])).collect())
+}
+
+/// The largest peak RSS over the rounds of run `i`.
+fn column_max<C, R>(
+    rounds: &[(C, Vec<R>)],
+    i: usize,
+    f: impl Fn(&R) -> Option<u64>,
+) -> Option<u64> {
+    rounds.iter().filter_map(|(_, runs)| f(&runs[i])).max()
+}
+
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     let n = v.len();
@@ -367,18 +381,13 @@ pub async fn run_backup_bench(opts: &BenchOptions) -> CmdResult<ExitCode> {
             .workers
             .iter()
             .enumerate()
-            .map(|(i, &w)| {
-                let col = |f: &dyn Fn(&BackupRun) -> f64| {
-                    median(rounds.iter().map(|(_, r)| f(&r[i])).collect())
-                };
-                BackupSummary {
-                    workers: w,
-                    entities_per_second: col(&|r| r.entities_per_second),
-                    source_mb_per_second: col(&|r| r.source_mb_per_second),
-                    stored_mb_per_second: col(&|r| r.stored_mb_per_second),
-                    fraction_of_ceiling: col(&|r| r.fraction_of_ceiling),
-                    peak_rss_bytes: rounds.iter().filter_map(|(_, r)| r[i].peak_rss_bytes).max(),
-                }
+            .map(|(i, &w)| BackupSummary {
+                workers: w,
+                entities_per_second: column(&rounds, i, |r: &BackupRun| r.entities_per_second),
+                source_mb_per_second: column(&rounds, i, |r: &BackupRun| r.source_mb_per_second),
+                stored_mb_per_second: column(&rounds, i, |r: &BackupRun| r.stored_mb_per_second),
+                fraction_of_ceiling: column(&rounds, i, |r: &BackupRun| r.fraction_of_ceiling),
+                peak_rss_bytes: column_max(&rounds, i, |r: &BackupRun| r.peak_rss_bytes),
             })
             .collect();
         results.push(SizeResult {
@@ -447,6 +456,19 @@ pub struct RestoreRun {
     pub peak_rss_bytes: Option<u64>,
 }
 
+/// Medians over the rounds of a restore with one worker count.
+#[derive(Debug, Clone, Serialize)]
+pub struct RestoreSummary {
+    /// In-process workers.
+    pub workers: usize,
+    /// Median entities per second.
+    pub entities_per_second: f64,
+    /// Median of each round's rate over that round's ceiling.
+    pub fraction_of_ceiling: f64,
+    /// Largest peak RSS over the rounds.
+    pub peak_rss_bytes: Option<u64>,
+}
+
 /// Results of the restore benchmark for one table size.
 #[derive(Debug, Clone, Serialize)]
 pub struct RestoreSizeResult {
@@ -454,8 +476,8 @@ pub struct RestoreSizeResult {
     pub entities: u64,
     /// Median ceiling (entities/s) over the rounds.
     pub ceiling_entities_per_second: f64,
-    /// Medians per worker count: (workers, entities/s, fraction of ceiling, max peak RSS).
-    pub restores: Vec<(usize, f64, f64, Option<u64>)>,
+    /// Medians per worker count.
+    pub restores: Vec<RestoreSummary>,
     /// Every measurement: the round's ceiling and its runs.
     pub rounds: Vec<(f64, Vec<RestoreRun>)>,
 }
@@ -533,23 +555,11 @@ pub async fn run_restore_bench(opts: &BenchOptions) -> CmdResult<ExitCode> {
             .workers
             .iter()
             .enumerate()
-            .map(|(i, &w)| {
-                (
-                    w,
-                    median(
-                        rounds
-                            .iter()
-                            .map(|(_, r)| r[i].entities_per_second)
-                            .collect(),
-                    ),
-                    median(
-                        rounds
-                            .iter()
-                            .map(|(_, r)| r[i].fraction_of_ceiling)
-                            .collect(),
-                    ),
-                    rounds.iter().filter_map(|(_, r)| r[i].peak_rss_bytes).max(),
-                )
+            .map(|(i, &w)| RestoreSummary {
+                workers: w,
+                entities_per_second: column(&rounds, i, |r: &RestoreRun| r.entities_per_second),
+                fraction_of_ceiling: column(&rounds, i, |r: &RestoreRun| r.fraction_of_ceiling),
+                peak_rss_bytes: column_max(&rounds, i, |r: &RestoreRun| r.peak_rss_bytes),
             })
             .collect();
         results.push(RestoreSizeResult {
@@ -574,14 +584,15 @@ pub async fn run_restore_bench(opts: &BenchOptions) -> CmdResult<ExitCode> {
                 "{:>9}  {:>7}  {:>12.0}  {:>8}  {:>10}",
                 r.entities, "batches", r.ceiling_entities_per_second, "100%", "-"
             );
-            for (w, eps, frac, rss) in &r.restores {
+            for s in &r.restores {
                 println!(
                     "{:>9}  {:>7}  {:>12.0}  {:>7.0}%  {:>10}",
                     r.entities,
-                    w,
-                    eps,
-                    frac * 100.0,
-                    rss.map_or("?".into(), |x| indicatif::HumanBytes(x).to_string())
+                    s.workers,
+                    s.entities_per_second,
+                    s.fraction_of_ceiling * 100.0,
+                    s.peak_rss_bytes
+                        .map_or("?".into(), |x| indicatif::HumanBytes(x).to_string())
                 );
             }
         }

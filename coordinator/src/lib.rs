@@ -17,3 +17,4 @@ pub mod sample;
 pub mod selection;
 pub mod state;
 pub mod verify;
+pub mod workers;

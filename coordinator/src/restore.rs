@@ -4,16 +4,15 @@
 //! report per-table counts and every batch that could not be written.
 
 use std::collections::HashMap;
-use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use bytes::Bytes;
 use futures::StreamExt;
 use rand::seq::SliceRandom;
 use serde::Serialize;
 use tablevault_common::StorageAccount;
-use tablevault_common::blob::{BlobClient, ListOptions, PutOptions};
+use tablevault_common::blob::{BlobClient, PutOptions};
 use tablevault_common::format::FORMAT_VERSION;
 use tablevault_common::job::{
     BackupPaths, CommitRecord, Manifest, PROTOCOL_VERSION, PoisonRecord, RestoreJob, RestoreMode,
@@ -22,13 +21,15 @@ use tablevault_common::job::{
 use tablevault_common::keys::EntityKey;
 use tablevault_common::queue::MessageTtl;
 use tablevault_common::table::TableClient;
+use tablevault_worker::AccountSet;
 use tablevault_worker::accounts::account_ref;
-use tablevault_worker::{AccountSet, Worker, WorkerConfig, WorkerStats};
 
 use crate::backup::{Target, WatchOptions};
 use crate::exit::{CmdResult, Failure};
 use crate::progress::{Progress, Snapshot};
 use crate::report::peak_rss_bytes;
+use crate::state::load_new_records;
+use crate::workers::InProcessWorkers;
 
 /// Blobs whose blocks hold at most this much XML in all are restored by one task.
 pub const DEFAULT_PER_BLOB_MAX_BYTES: u64 = 4 << 20;
@@ -381,63 +382,19 @@ impl RestoreState {
         paths: &BackupPaths,
         restore: &str,
     ) -> CmdResult<()> {
-        let done_root = paths.restore_done_root(restore);
-        let listing = blobs
-            .list_all(&ListOptions {
-                prefix: Some(&done_root),
-                ..Default::default()
-            })
-            .await?;
-        let new: Vec<String> = listing
-            .blobs
-            .into_iter()
-            .map(|b| b.name)
-            .filter(|n| record_key(n, &done_root).is_some_and(|k| !self.done.contains_key(&k)))
-            .collect();
-        let loaded: Vec<CmdResult<RestoreRecord>> = futures::stream::iter(new)
-            .map(|name| async move {
-                let bytes = blobs.get(&name).await?;
-                serde_json::from_slice::<RestoreRecord>(&bytes).map_err(|e| {
-                    Failure::failed(format!("restore record {name} is unreadable: {e}"))
-                })
-            })
-            .buffer_unordered(16)
-            .collect()
-            .await;
-        for r in loaded {
-            let r = r?;
-            self.done
-                .insert((r.target_table.clone(), r.task.clone()), r);
-        }
-        let poison_root = paths.restore_poison_root(restore);
-        let poison = blobs
-            .list_all(&ListOptions {
-                prefix: Some(&poison_root),
-                ..Default::default()
-            })
-            .await?;
-        for b in poison.blobs {
-            let Some(key) = record_key(&b.name, &poison_root) else {
-                continue;
-            };
-            if self.poisoned.contains_key(&key) {
-                continue;
-            }
-            if let Some(bytes) = blobs.get_if_exists(&b.name).await?
-                && let Ok(p) = serde_json::from_slice::<PoisonRecord>(&bytes)
-            {
-                self.poisoned.insert(key, p);
-            }
-        }
+        let done = load_new_records(blobs, &paths.restore_done_root(restore), |k| {
+            self.done.contains_key(k)
+        })
+        .await?;
+        self.done.extend(done);
+        let poisoned = load_new_records(blobs, &paths.restore_poison_root(restore), |k| {
+            self.poisoned.contains_key(k)
+        })
+        .await?;
+        self.poisoned.extend(poisoned);
         self.poisoned.retain(|k, _| !self.done.contains_key(k));
         Ok(())
     }
-}
-
-fn record_key(name: &str, prefix: &str) -> Option<(String, String)> {
-    let rest = name.strip_prefix(prefix)?;
-    let (table, file) = rest.split_once('/')?;
-    Some((table.to_string(), file.strip_suffix(".json")?.to_string()))
 }
 
 /// Watches a planned restore to the end and reports it (also writing the report next
@@ -450,19 +407,8 @@ pub async fn watch(
     let started = Instant::now();
     let blobs = target.blobs()?;
     let paths = BackupPaths::new(&job.backup_id);
-    let stats = Arc::new(WorkerStats::default());
-    let workers_stop = opts.shutdown.child_token();
-    let mut workers = tokio::task::JoinSet::new();
-    for _ in 0..opts.workers {
-        let mut config = WorkerConfig::new(target.account.clone(), &target.queue);
-        config.targets = opts.accounts.clone();
-        config.concurrency = 1;
-        config.visibility = opts.visibility;
-        config.max_poll_interval = Duration::from_millis(500);
-        config.only_job = Some(job.backup_id.clone());
-        config.client_options = target.client_options.clone();
-        workers.spawn(Worker::new(config, stats.clone())?.run(workers_stop.clone()));
-    }
+    let mut workers = InProcessWorkers::start(target, &job.backup_id, opts)?;
+    let stats = workers.stats.clone();
     let total: u64 = job.tables.iter().map(|t| t.tasks).sum();
     let mut state = RestoreState {
         done: HashMap::new(),
@@ -489,17 +435,14 @@ pub async fn watch(
                 "failed"
             };
         }
-        if let Some(Ok(Err(e))) = workers.try_join_next() {
-            tracing::error!(error = %e, "an in-process worker stopped");
-        }
+        workers.check();
         tokio::select! {
             _ = opts.shutdown.cancelled() => break "interrupted",
             _ = stats.changed.notified() => {}
             _ = tokio::time::sleep(opts.poll) => {}
         }
     };
-    workers_stop.cancel();
-    while workers.join_next().await.is_some() {}
+    workers.stop().await;
     progress.finish();
 
     let tables = job

@@ -8,6 +8,7 @@ use std::collections::HashMap;
 use futures::StreamExt;
 use tablevault_common::blob::{BlobClient, ListOptions};
 use tablevault_common::job::{BackupJob, BackupPaths, CommitRecord, Manifest, PoisonRecord};
+
 use tablevault_common::keys::{KeyRange, find_tiling};
 
 use crate::exit::{CmdResult, Failure};
@@ -67,58 +68,16 @@ impl JobState {
 
     /// Reads commit and poison records that appeared since the last refresh.
     pub async fn refresh(&mut self) -> CmdResult<()> {
-        let listing = self
-            .blobs
-            .list_all(&ListOptions {
-                prefix: Some(&self.paths.commits_root()),
-                ..Default::default()
-            })
-            .await?;
-        let new: Vec<String> = listing
-            .blobs
-            .into_iter()
-            .map(|b| b.name)
-            .filter(|n| {
-                parse_record_name(n, &self.paths.commits_root())
-                    .is_some_and(|k| !self.commits.contains_key(&k))
-            })
-            .collect();
-        let blobs = &self.blobs;
-        let loaded: Vec<CmdResult<CommitRecord>> = futures::stream::iter(new)
-            .map(|name| async move {
-                let bytes = blobs.get(&name).await?;
-                serde_json::from_slice::<CommitRecord>(&bytes).map_err(|e| {
-                    Failure::failed(format!("commit record {name} is unreadable: {e}"))
-                })
-            })
-            .buffer_unordered(16)
-            .collect()
-            .await;
-        for record in loaded {
-            let record = record?;
-            self.commits
-                .insert((record.table.clone(), record.task.clone()), record);
-        }
-        let poison = self
-            .blobs
-            .list_all(&ListOptions {
-                prefix: Some(&self.paths.poison_root()),
-                ..Default::default()
-            })
-            .await?;
-        for b in poison.blobs {
-            let Some(key) = parse_record_name(&b.name, &self.paths.poison_root()) else {
-                continue;
-            };
-            if self.poisoned.contains_key(&key) {
-                continue;
-            }
-            if let Some(bytes) = self.blobs.get_if_exists(&b.name).await?
-                && let Ok(record) = serde_json::from_slice::<PoisonRecord>(&bytes)
-            {
-                self.poisoned.insert(key, record);
-            }
-        }
+        let commits = load_new_records(&self.blobs, &self.paths.commits_root(), |k| {
+            self.commits.contains_key(k)
+        })
+        .await?;
+        self.commits.extend(commits);
+        let poisoned = load_new_records(&self.blobs, &self.paths.poison_root(), |k| {
+            self.poisoned.contains_key(k)
+        })
+        .await?;
+        self.poisoned.extend(poisoned);
         // A task poisoned and later committed (after a retry) is not poisoned.
         self.poisoned.retain(|k, _| !self.commits.contains_key(k));
         Ok(())
@@ -164,6 +123,44 @@ impl JobState {
     pub fn committed_bytes(&self) -> u64 {
         self.commits.values().map(|c| c.stored_bytes).sum()
     }
+}
+
+/// `(table, task)`: where a record belongs.
+pub type RecordKey = (String, String);
+
+/// Reads the JSON records `<prefix><table>/<task>.json` that `known` does not have yet,
+/// keyed by `(table, task)`: commit and poison records of a backup, done and poison
+/// records of a restore. Records are only ever added, so each is read once.
+pub async fn load_new_records<T: serde::de::DeserializeOwned>(
+    blobs: &BlobClient,
+    prefix: &str,
+    known: impl Fn(&RecordKey) -> bool,
+) -> CmdResult<Vec<(RecordKey, T)>> {
+    let listing = blobs
+        .list_all(&ListOptions {
+            prefix: Some(prefix),
+            ..Default::default()
+        })
+        .await?;
+    let new: Vec<(RecordKey, String)> = listing
+        .blobs
+        .into_iter()
+        .filter_map(|b| parse_record_name(&b.name, prefix).map(|k| (k, b.name)))
+        .filter(|(k, _)| !known(k))
+        .collect();
+    let loaded: Vec<CmdResult<Option<(RecordKey, T)>>> = futures::stream::iter(new)
+        .map(|(key, name)| async move {
+            let Some(bytes) = blobs.get_if_exists(&name).await? else {
+                return Ok(None); // deleted since the listing (a retried poison record)
+            };
+            serde_json::from_slice::<T>(&bytes)
+                .map(|r| Some((key, r)))
+                .map_err(|e| Failure::failed(format!("record {name} is unreadable: {e}")))
+        })
+        .buffer_unordered(16)
+        .collect()
+        .await;
+    loaded.into_iter().filter_map(Result::transpose).collect()
 }
 
 /// `(table, task)` from `<prefix><table>/<task>.json`.

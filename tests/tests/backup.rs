@@ -2,60 +2,25 @@
 //! discovery, killed workers, racing attempts, poisoned tasks, bad messages, and a
 //! coordinator that dies mid-job.
 
+mod support;
+
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::TryStreamExt;
+use support::{backup_of, target, watch_opts, worker_config};
 use tablevault_common::blob::{BlobClient, ListOptions};
 use tablevault_common::format::Compression;
 use tablevault_common::job::{BackupPaths, Manifest, TaskKind, TaskMessage, poison_queue_name};
 use tablevault_common::keys::EntityKey;
 use tablevault_common::queue::{MessageTtl, QueueClient};
-use tablevault_common::table::{BatchOperation, EdmValue, Entity, Query, TableClient};
-use tablevault_common::{ClientOptions, StorageAccount};
-use tablevault_coordinator::backup::{
-    BackupRequest, Target, WatchOptions, enqueue, plan, run_backup, status, watch,
-};
+use tablevault_common::table::{BatchOperation, Entity, TableClient};
+use tablevault_coordinator::backup::{BackupRequest, enqueue, plan, run_backup, status, watch};
 use tablevault_coordinator::state::load_manifest;
-use tablevault_tests::{TestEnv, unique_lower, unique_table};
+use tablevault_tests::{AWKWARD_KEYS, TestEnv, edge_entity, load_numbered, scan_all, unique_table};
 use tablevault_worker::backup::{BackupAttempt, BackupOutcome};
 use tablevault_worker::reader::{load_commit, read_block};
-use tablevault_worker::{AccountSet, Worker, WorkerConfig, WorkerStats};
+use tablevault_worker::{Worker, WorkerStats};
 use tokio_util::sync::CancellationToken;
-
-fn target(account: &StorageAccount) -> Target {
-    Target {
-        account: account.clone(),
-        container: unique_lower("bk"),
-        queue: unique_lower("tasks"),
-        client_options: ClientOptions::default(),
-    }
-}
-
-fn watch_opts(workers: usize, source: &StorageAccount) -> WatchOptions {
-    let mut o = WatchOptions::new(CancellationToken::new());
-    o.workers = workers;
-    o.accounts = AccountSet::new(vec![source.clone()]);
-    o.poll = Duration::from_millis(100);
-    o.quiet = true;
-    o.visibility = Duration::from_secs(3);
-    o
-}
-
-async fn scan_all(client: &TableClient, table: &str) -> Vec<Entity> {
-    let pages: Vec<_> = client
-        .query(
-            table,
-            Query {
-                filter: None,
-                top: Some(1000),
-            },
-        )
-        .try_collect()
-        .await
-        .unwrap();
-    pages.into_iter().flat_map(|p| p.entities).collect()
-}
 
 /// Every entity of a complete backup, in manifest order, read block by block.
 async fn read_backup(blobs: &BlobClient, manifest: &Manifest, table: &str) -> Vec<Entity> {
@@ -85,72 +50,6 @@ async fn read_backup(blobs: &BlobClient, manifest: &Manifest, table: &str) -> Ve
     out
 }
 
-fn edge_entity(pk: &str, rk: &str) -> Entity {
-    Entity::new(pk, rk)
-        .with("S", EdmValue::String("plain".into()))
-        .with("Xml", EdmValue::String("<a>&amp;</a> ]]> \"'".into()))
-        .with(
-            "Crlf",
-            EdmValue::String("line1\r\nline2\rline3\nline4\t".into()),
-        )
-        .with(
-            "Ctl",
-            EdmValue::String("nul\u{0}bell\u{7}ff\u{c}\u{FFFE}\u{FFFF}".into()),
-        )
-        .with("Empty", EdmValue::String(String::new()))
-        .with("Ws", EdmValue::String("  padded  ".into()))
-        .with("Astral", EdmValue::String("😀𝔘".into()))
-        .with("T", EdmValue::Boolean(true))
-        .with("F", EdmValue::Boolean(false))
-        .with("I32Min", EdmValue::Int32(i32::MIN))
-        .with("I32Max", EdmValue::Int32(i32::MAX))
-        .with("I64Min", EdmValue::Int64(i64::MIN))
-        .with("I64Max", EdmValue::Int64(i64::MAX))
-        .with("DMax", EdmValue::Double(f64::MAX))
-        .with("DMinPos", EdmValue::Double(f64::MIN_POSITIVE))
-        .with("DSub", EdmValue::Double(5e-324))
-        .with("DSubMax", EdmValue::Double(2.225_073_858_507_201e-308))
-        .with("DWhole", EdmValue::Double(3.0))
-        .with("DBigWhole", EdmValue::Double(9_007_199_254_740_993.0))
-        .with("DTenth", EdmValue::Double(0.1))
-        .with("DNaN", EdmValue::Double(f64::NAN))
-        .with("DInf", EdmValue::Double(f64::INFINITY))
-        .with("DNInf", EdmValue::Double(f64::NEG_INFINITY))
-        .with(
-            "Dt7",
-            EdmValue::DateTime("2024-01-02T03:04:05.1234567Z".into()),
-        )
-        .with(
-            "DtMax",
-            EdmValue::DateTime("9999-12-31T23:59:59.9999999Z".into()),
-        )
-        .with(
-            "DtMin",
-            EdmValue::DateTime("1601-01-01T00:00:00.0000000Z".into()),
-        )
-        .with(
-            "G",
-            EdmValue::Guid("c9da6455-213d-42c9-9a79-3e9149a57833".into()),
-        )
-        .with("Bin", EdmValue::Binary((0..=255u8).collect()))
-        .with("BinEmpty", EdmValue::Binary(vec![]))
-        .with("Big", EdmValue::String("é".repeat(16_000)))
-}
-
-const AWKWARD_KEYS: &[&str] = &[
-    "",
-    "o'neil",
-    "''",
-    "100% sure",
-    "%25",
-    "a b",
-    "ünï",
-    "日本",
-    "😀",
-    "\u{E000}",
-    "+=&",
-];
-
 #[tokio::test]
 async fn every_type_and_awkward_key_round_trips_exactly() {
     let env = TestEnv::start().await;
@@ -169,8 +68,7 @@ async fn every_type_and_awkward_key_round_trips_exactly() {
 
     for compression in [Compression::None, Compression::Zstd, Compression::Gzip] {
         let t = target(&env.account);
-        let mut req = BackupRequest::new(env.account.clone());
-        req.tables = Some(vec![table.clone()]);
+        let mut req = backup_of(&env.account, &table);
         // Split keys that are themselves awkward, including ones above the BMP whose
         // UTF-16 order differs from UTF-8.
         req.split_keys = vec![
@@ -203,39 +101,18 @@ async fn every_type_and_awkward_key_round_trips_exactly() {
     }
 }
 
-async fn load_numbered(client: &TableClient, table: &str, partitions: usize, per: usize) -> usize {
-    client.create_table(table).await.unwrap();
-    for p in 0..partitions {
-        for chunk in (0..per).collect::<Vec<_>>().chunks(100) {
-            let ops: Vec<_> = chunk
-                .iter()
-                .map(|r| {
-                    BatchOperation::Insert(
-                        Entity::new(format!("p{p:03}"), format!("r{r:06}"))
-                            .with("V", EdmValue::Int64(*r as i64))
-                            .with("Pad", EdmValue::String("x".repeat(200))),
-                    )
-                })
-                .collect();
-            client.submit_batch(table, &ops).await.unwrap();
-        }
-    }
-    partitions * per
-}
-
 #[tokio::test]
 async fn thousands_of_entities_with_split_keys_and_with_discovery() {
     let env = TestEnv::start().await;
     let client = TableClient::new(&env.account).unwrap();
     let table = unique_table("many");
-    let n = load_numbered(&client, &table, 12, 250).await;
+    let n = load_numbered(&client, &table, 12, 250).await.len();
     assert_eq!(n, 3000);
     let source = scan_all(&client, &table).await;
 
     // Split keys between, on and beyond partitions.
     let t = target(&env.account);
-    let mut req = BackupRequest::new(env.account.clone());
-    req.tables = Some(vec![table.clone()]);
+    let mut req = backup_of(&env.account, &table);
     req.split_keys = vec!["p003".into(), "p007x".into(), "p010".into(), "zzz".into()];
     let report = run_backup(&req, &t, watch_opts(3, &env.account))
         .await
@@ -260,8 +137,7 @@ async fn thousands_of_entities_with_split_keys_and_with_discovery() {
 
     // Discovery, aiming for 8 ranges.
     let t = target(&env.account);
-    let mut req = BackupRequest::new(env.account.clone());
-    req.tables = Some(vec![table.clone()]);
+    let mut req = backup_of(&env.account, &table);
     req.ranges_per_table = 8;
     let report = run_backup(&req, &t, watch_opts(4, &env.account))
         .await
@@ -335,24 +211,14 @@ async fn data_blobs(blobs: &BlobClient, id: &str) -> Vec<String> {
         .collect()
 }
 
-fn worker_config(t: &Target, source: &StorageAccount, visibility: Duration) -> WorkerConfig {
-    let mut c = WorkerConfig::new(t.account.clone(), &t.queue);
-    c.sources = AccountSet::new(vec![source.clone()]);
-    c.concurrency = 1;
-    c.visibility = visibility;
-    c.max_poll_interval = Duration::from_millis(200);
-    c
-}
-
 #[tokio::test]
 async fn a_killed_worker_is_redone_with_no_duplicate_and_no_loss() {
     let env = TestEnv::start().await;
     let client = TableClient::new(&env.account).unwrap();
     let table = unique_table("kill");
-    let n = load_numbered(&client, &table, 2, 1500).await;
+    let n = load_numbered(&client, &table, 2, 1500).await.len();
     let t = target(&env.account);
-    let mut req = BackupRequest::new(env.account.clone());
-    req.tables = Some(vec![table.clone()]);
+    let mut req = backup_of(&env.account, &table);
     req.split_keys = vec![]; // discovery finds 2 partitions
     req.ranges_per_table = 1; // one big task
     req.block_bytes = 64 * 1024;
@@ -413,10 +279,9 @@ async fn two_attempts_racing_on_one_task_commit_once() {
     let env = TestEnv::start().await;
     let client = TableClient::new(&env.account).unwrap();
     let table = unique_table("race");
-    let n = load_numbered(&client, &table, 3, 400).await;
+    let n = load_numbered(&client, &table, 3, 400).await.len();
     let t = target(&env.account);
-    let mut req = BackupRequest::new(env.account.clone());
-    req.tables = Some(vec![table.clone()]);
+    let mut req = backup_of(&env.account, &table);
     req.ranges_per_table = 1;
     let job = plan(&req, &t).await.unwrap();
     let blobs = t.blobs().unwrap();
@@ -474,8 +339,7 @@ async fn a_poisoned_task_leaves_the_backup_incomplete_until_retried() {
     let table = unique_table("poison");
     load_numbered(&client, &table, 2, 50).await;
     let t = target(&env.account);
-    let mut req = BackupRequest::new(env.account.clone());
-    req.tables = Some(vec![table.clone()]);
+    let mut req = backup_of(&env.account, &table);
     req.split_keys = vec!["p001".into()];
     let job = plan(&req, &t).await.unwrap();
     enqueue(&t, &job, None).await.unwrap();
@@ -518,8 +382,7 @@ async fn a_task_delivered_too_often_is_poisoned_with_its_history() {
     let table = unique_table("attempts");
     load_numbered(&client, &table, 1, 2000).await;
     let t = target(&env.account);
-    let mut req = BackupRequest::new(env.account.clone());
-    req.tables = Some(vec![table.clone()]);
+    let mut req = backup_of(&env.account, &table);
     req.max_attempts = 2;
     req.block_bytes = 64 * 1024;
     req.blocks_per_blob = 1;
@@ -615,10 +478,9 @@ async fn a_restarted_coordinator_finishes_the_job() {
     let env = TestEnv::start().await;
     let client = TableClient::new(&env.account).unwrap();
     let table = unique_table("restart");
-    let n = load_numbered(&client, &table, 10, 200).await;
+    let n = load_numbered(&client, &table, 10, 200).await.len();
     let t = target(&env.account);
-    let mut req = BackupRequest::new(env.account.clone());
-    req.tables = Some(vec![table.clone()]);
+    let mut req = backup_of(&env.account, &table);
     req.ranges_per_table = 10;
     let mut opts = watch_opts(1, &env.account);
     let stop = CancellationToken::new();

@@ -2,59 +2,26 @@
 //! block and per blob tasks, each mode, a killed worker, a corrupt block, refused
 //! backups, and verify's comparison with a live table.
 
+mod support;
+
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use futures::TryStreamExt;
+use support::{backup_of, target, watch_opts, worker_config};
 use tablevault_common::blob::{BlobClient, PutOptions};
 use tablevault_common::format::Compression;
 use tablevault_common::job::{BackupPaths, RestoreMode};
 use tablevault_common::keys::EntityKey;
-use tablevault_common::table::{BatchOperation, EdmValue, Entity, Query, TableClient};
-use tablevault_common::{ClientOptions, StorageAccount};
-use tablevault_coordinator::backup::{BackupRequest, Target, WatchOptions, run_backup};
+use tablevault_common::table::{BatchOperation, EdmValue, Entity, TableClient};
+use tablevault_coordinator::backup::run_backup;
 use tablevault_coordinator::restore::{RestoreRequest, plan_and_enqueue, run_restore, watch};
 use tablevault_coordinator::state::load_manifest;
 use tablevault_coordinator::verify::{VerifyRequest, verify};
-use tablevault_tests::{TestEnv, unique_lower, unique_table};
+use tablevault_tests::{AWKWARD_KEYS, TestEnv, edge_entity, load_numbered, scan_all, unique_table};
 use tablevault_worker::reader::load_commit;
-use tablevault_worker::{AccountSet, Worker, WorkerConfig, WorkerStats};
+use tablevault_worker::{Worker, WorkerStats};
 use tokio_util::sync::CancellationToken;
-
-fn target(account: &StorageAccount) -> Target {
-    Target {
-        account: account.clone(),
-        container: unique_lower("bk"),
-        queue: unique_lower("tasks"),
-        client_options: ClientOptions::default(),
-    }
-}
-
-fn watch_opts(workers: usize, account: &StorageAccount) -> WatchOptions {
-    let mut o = WatchOptions::new(CancellationToken::new());
-    o.workers = workers;
-    o.accounts = AccountSet::new(vec![account.clone()]);
-    o.poll = Duration::from_millis(100);
-    o.quiet = true;
-    o.visibility = Duration::from_secs(3);
-    o
-}
-
-async fn scan_all(client: &TableClient, table: &str) -> Vec<Entity> {
-    let pages: Vec<_> = client
-        .query(
-            table,
-            Query {
-                filter: None,
-                top: Some(1000),
-            },
-        )
-        .try_collect()
-        .await
-        .unwrap();
-    pages.into_iter().flat_map(|p| p.entities).collect()
-}
 
 /// Asserts two tables hold the same entities, property by property, type by type.
 fn assert_same_tables(restored: &[Entity], source: &[Entity]) {
@@ -81,58 +48,14 @@ fn assert_same_tables(restored: &[Entity], source: &[Entity]) {
     }
 }
 
-fn edge_entity(pk: &str, rk: &str) -> Entity {
-    Entity::new(pk, rk)
-        .with("S", EdmValue::String("plain".into()))
-        .with("Xml", EdmValue::String("<a>&amp;</a> ]]> \"'".into()))
-        .with(
-            "Crlf",
-            EdmValue::String("line1\r\nline2\rline3\nline4\t".into()),
-        )
-        .with(
-            "Ctl",
-            EdmValue::String("nul\u{0}bell\u{7}\u{FFFE}\u{FFFF}".into()),
-        )
-        .with("Empty", EdmValue::String(String::new()))
-        .with("Astral", EdmValue::String("😀𝔘".into()))
-        .with("T", EdmValue::Boolean(true))
-        .with("I32Min", EdmValue::Int32(i32::MIN))
-        .with("I32Max", EdmValue::Int32(i32::MAX))
-        .with("I64Min", EdmValue::Int64(i64::MIN))
-        .with("I64Max", EdmValue::Int64(i64::MAX))
-        .with("DMax", EdmValue::Double(f64::MAX))
-        .with("DSub", EdmValue::Double(5e-324))
-        .with("DWhole", EdmValue::Double(3.0))
-        .with("DTenth", EdmValue::Double(0.1))
-        .with("DNaN", EdmValue::Double(f64::NAN))
-        .with("DInf", EdmValue::Double(f64::INFINITY))
-        .with("DNInf", EdmValue::Double(f64::NEG_INFINITY))
-        .with(
-            "Dt7",
-            EdmValue::DateTime("2024-01-02T03:04:05.1234567Z".into()),
-        )
-        .with(
-            "DtMin",
-            EdmValue::DateTime("1601-01-01T00:00:00.0000000Z".into()),
-        )
-        .with(
-            "G",
-            EdmValue::Guid("c9da6455-213d-42c9-9a79-3e9149a57833".into()),
-        )
-        .with("Bin", EdmValue::Binary((0..=255u8).collect()))
-        .with("BinEmpty", EdmValue::Binary(vec![]))
-}
-
-const KEYS: &[&str] = &["", "o'neil", "100% sure", "a b", "ünï", "日本", "😀", "+=&"];
-
 #[tokio::test]
 async fn every_type_round_trips_through_backup_and_restore() {
     let env = TestEnv::start().await;
     let client = TableClient::new(&env.account).unwrap();
     let table = unique_table("src");
     client.create_table(&table).await.unwrap();
-    for pk in KEYS {
-        let ops: Vec<_> = KEYS
+    for pk in AWKWARD_KEYS {
+        let ops: Vec<_> = AWKWARD_KEYS
             .iter()
             .map(|rk| BatchOperation::Insert(edge_entity(pk, rk)))
             .collect();
@@ -141,8 +64,7 @@ async fn every_type_round_trips_through_backup_and_restore() {
     let source = scan_all(&client, &table).await;
     for compression in [Compression::Zstd, Compression::None] {
         let t = target(&env.account);
-        let mut req = BackupRequest::new(env.account.clone());
-        req.tables = Some(vec![table.clone()]);
+        let mut req = backup_of(&env.account, &table);
         req.compression = compression;
         let backup = run_backup(&req, &t, watch_opts(2, &env.account))
             .await
@@ -163,35 +85,14 @@ async fn every_type_round_trips_through_backup_and_restore() {
     }
 }
 
-async fn load(client: &TableClient, table: &str, partitions: usize, per: usize) -> Vec<Entity> {
-    client.create_table(table).await.unwrap();
-    for p in 0..partitions {
-        for chunk in (0..per).collect::<Vec<_>>().chunks(100) {
-            let ops: Vec<_> = chunk
-                .iter()
-                .map(|r| {
-                    BatchOperation::Insert(
-                        Entity::new(format!("p{p:03}"), format!("r{r:05}"))
-                            .with("V", EdmValue::Int64(*r as i64))
-                            .with("Pad", EdmValue::String(format!("{p}-{r}-").repeat(20))),
-                    )
-                })
-                .collect();
-            client.submit_batch(table, &ops).await.unwrap();
-        }
-    }
-    scan_all(client, table).await
-}
-
 #[tokio::test]
 async fn thousands_of_entities_restore_per_block_and_per_blob() {
     let env = TestEnv::start().await;
     let client = TableClient::new(&env.account).unwrap();
     let table = unique_table("many");
-    let source = load(&client, &table, 30, 100).await;
+    let source = load_numbered(&client, &table, 30, 100).await;
     let t = target(&env.account);
-    let mut req = BackupRequest::new(env.account.clone());
-    req.tables = Some(vec![table.clone()]);
+    let mut req = backup_of(&env.account, &table);
     req.block_bytes = 64 * 1024;
     req.blocks_per_blob = 3;
     req.ranges_per_table = 4;
@@ -229,10 +130,9 @@ async fn each_mode_treats_existing_entities_as_documented() {
     let env = TestEnv::start().await;
     let client = TableClient::new(&env.account).unwrap();
     let table = unique_table("modes");
-    let source = load(&client, &table, 2, 50).await;
+    let source = load_numbered(&client, &table, 2, 50).await;
     let t = target(&env.account);
-    let mut req = BackupRequest::new(env.account.clone());
-    req.tables = Some(vec![table.clone()]);
+    let req = backup_of(&env.account, &table);
     let backup = run_backup(&req, &t, watch_opts(2, &env.account))
         .await
         .unwrap();
@@ -363,10 +263,9 @@ async fn a_killed_worker_mid_restore_is_redone() {
     let env = TestEnv::start().await;
     let client = TableClient::new(&env.account).unwrap();
     let table = unique_table("kill");
-    let source = load(&client, &table, 20, 100).await;
+    let source = load_numbered(&client, &table, 20, 100).await;
     let t = target(&env.account);
-    let mut req = BackupRequest::new(env.account.clone());
-    req.tables = Some(vec![table.clone()]);
+    let mut req = backup_of(&env.account, &table);
     req.ranges_per_table = 1;
     let backup = run_backup(&req, &t, watch_opts(1, &env.account))
         .await
@@ -378,11 +277,11 @@ async fn a_killed_worker_mid_restore_is_redone() {
     let job = plan_and_enqueue(&r, &t).await.unwrap();
     // A worker starts writing, then dies without a word.
     let stats = Arc::new(WorkerStats::default());
-    let mut config = WorkerConfig::new(t.account.clone(), &t.queue);
-    config.targets = AccountSet::new(vec![env.account.clone()]);
-    config.concurrency = 1;
-    config.visibility = Duration::from_secs(2);
-    let w = Worker::new(config, stats.clone()).unwrap();
+    let w = Worker::new(
+        worker_config(&t, &env.account, Duration::from_secs(2)),
+        stats.clone(),
+    )
+    .unwrap();
     let h = tokio::spawn(w.run(CancellationToken::new()));
     while stats.entities.load(std::sync::atomic::Ordering::Relaxed) == 0 {
         tokio::time::sleep(Duration::from_millis(5)).await;
@@ -405,10 +304,9 @@ async fn a_corrupt_block_is_reported_and_nothing_from_it_is_written() {
     let env = TestEnv::start().await;
     let client = TableClient::new(&env.account).unwrap();
     let table = unique_table("corrupt");
-    let source = load(&client, &table, 4, 250).await;
+    let source = load_numbered(&client, &table, 4, 250).await;
     let t = target(&env.account);
-    let mut req = BackupRequest::new(env.account.clone());
-    req.tables = Some(vec![table.clone()]);
+    let mut req = backup_of(&env.account, &table);
     req.block_bytes = 64 * 1024;
     req.blocks_per_blob = 1;
     req.compression = Compression::Zstd;
@@ -496,10 +394,9 @@ async fn restore_refuses_incomplete_backups_and_unknown_versions() {
     let env = TestEnv::start().await;
     let client = TableClient::new(&env.account).unwrap();
     let table = unique_table("refuse");
-    load(&client, &table, 1, 10).await;
+    load_numbered(&client, &table, 1, 10).await;
     let t = target(&env.account);
-    let mut req = BackupRequest::new(env.account.clone());
-    req.tables = Some(vec![table.clone()]);
+    let req = backup_of(&env.account, &table);
     // Planned but never run: no manifest.
     let job = tablevault_coordinator::backup::plan(&req, &t)
         .await
@@ -551,10 +448,9 @@ async fn verify_finds_every_difference_with_a_live_table() {
     let env = TestEnv::start().await;
     let client = TableClient::new(&env.account).unwrap();
     let table = unique_table("live");
-    load(&client, &table, 3, 40).await;
+    load_numbered(&client, &table, 3, 40).await;
     let t = target(&env.account);
-    let mut req = BackupRequest::new(env.account.clone());
-    req.tables = Some(vec![table.clone()]);
+    let req = backup_of(&env.account, &table);
     let backup = run_backup(&req, &t, watch_opts(2, &env.account))
         .await
         .unwrap();

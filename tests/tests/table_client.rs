@@ -6,25 +6,7 @@ use tablevault_common::Error;
 use tablevault_common::table::{
     BatchOperation, Cmp, CreateOutcome, EdmValue, Entity, Filter, Query, TableClient,
 };
-use tablevault_tests::{TestEnv, unique_table};
-
-fn awkward_keys() -> Vec<&'static str> {
-    vec![
-        "",
-        "plain",
-        "o'neil",
-        "''",
-        "100% sure",
-        "%25 encoded%",
-        "a b  c",
-        "ünïcödé",
-        "日本語",
-        "emoji 😀 key",
-        "+plus=equals&amp",
-        "(paren),comma",
-        "tab\u{FFFD}",
-    ]
-}
+use tablevault_tests::{AWKWARD_KEYS, TestEnv, edge_entity, unique_table};
 
 #[tokio::test]
 async fn tables_create_list_page_and_delete() {
@@ -81,52 +63,13 @@ async fn missing_table_is_a_clear_404() {
     assert!(!err.is_retryable());
 }
 
-fn every_type_entity(pk: &str, rk: &str) -> Entity {
-    Entity::new(pk, rk)
-        .with(
-            "Str",
-            EdmValue::String("hello \"world\" <&> \u{1} \r\n\r end".into()),
-        )
-        .with("Empty", EdmValue::String(String::new()))
-        .with("Long", EdmValue::String("x".repeat(32_000)))
-        .with("True", EdmValue::Boolean(true))
-        .with("False", EdmValue::Boolean(false))
-        .with("I32Max", EdmValue::Int32(i32::MAX))
-        .with("I32Min", EdmValue::Int32(i32::MIN))
-        .with("I64Max", EdmValue::Int64(i64::MAX))
-        .with("I64Min", EdmValue::Int64(i64::MIN))
-        .with("DHalf", EdmValue::Double(0.5))
-        .with("DIntegral", EdmValue::Double(3.0))
-        .with("DBig", EdmValue::Double(1e300))
-        .with("DMax", EdmValue::Double(f64::MAX))
-        .with("DSub", EdmValue::Double(5e-324))
-        .with("DNaN", EdmValue::Double(f64::NAN))
-        .with("DInf", EdmValue::Double(f64::INFINITY))
-        .with("DNegInf", EdmValue::Double(f64::NEG_INFINITY))
-        .with("DTenth", EdmValue::Double(0.1))
-        .with(
-            "Dt7",
-            EdmValue::DateTime("2024-01-02T03:04:05.1234567Z".into()),
-        )
-        .with(
-            "DtMin",
-            EdmValue::DateTime("1601-01-01T00:00:00.0000000Z".into()),
-        )
-        .with(
-            "Guid",
-            EdmValue::Guid("c9da6455-213d-42c9-9a79-3e9149a57833".into()),
-        )
-        .with("Bin", EdmValue::Binary((0..=255u8).collect()))
-        .with("BinEmpty", EdmValue::Binary(vec![]))
-}
-
 #[tokio::test]
 async fn entities_keep_exact_types_and_values() {
     let env = TestEnv::start().await;
     let client = TableClient::new(&env.account).unwrap();
     let table = unique_table("types");
     client.create_table(&table).await.unwrap();
-    let e = every_type_entity("p", "r");
+    let e = edge_entity("p", "r");
     client.insert_entity(&table, &e).await.unwrap();
     let back = client.get_entity(&table, "p", "r").await.unwrap().unwrap();
     assert!(back.timestamp.is_some() && back.etag.is_some());
@@ -213,7 +156,7 @@ async fn awkward_keys_work_in_filters_urls_and_batches() {
     let client = TableClient::new(&env.account).unwrap();
     let table = unique_table("keys");
     client.create_table(&table).await.unwrap();
-    for (i, k) in awkward_keys().into_iter().enumerate() {
+    for (i, k) in AWKWARD_KEYS.iter().copied().enumerate() {
         // Insert (keys in the body), upsert (keys in the URL) and a batch upsert.
         client
             .insert_entity(
@@ -240,7 +183,7 @@ async fn awkward_keys_work_in_filters_urls_and_batches() {
             .await
             .unwrap_or_else(|e| panic!("batch {k:?}: {e}"));
     }
-    for k in awkward_keys() {
+    for &k in AWKWARD_KEYS {
         let got = client
             .get_entity(&table, k, k)
             .await

@@ -58,13 +58,7 @@ pub struct BackupAttempt<'a> {
 
 impl BackupAttempt<'_> {
     fn check_stop(&self) -> Result<(), TaskError> {
-        if self.lost.is_cancelled() {
-            Err(TaskError::Lost)
-        } else if self.shutdown.is_cancelled() {
-            Err(TaskError::Shutdown)
-        } else {
-            Ok(())
-        }
+        crate::stop_requested(&self.lost, &self.shutdown)
     }
 
     /// Runs the attempt to a commit (or a lost race), cleaning up after itself on failure.

@@ -63,6 +63,21 @@ impl From<Error> for TaskError {
     }
 }
 
+/// Why an attempt must stop now, if it must: its message went to another worker, or this
+/// worker is shutting down.
+pub(crate) fn stop_requested(
+    lost: &CancellationToken,
+    shutdown: &CancellationToken,
+) -> Result<(), TaskError> {
+    if lost.is_cancelled() {
+        Err(TaskError::Lost)
+    } else if shutdown.is_cancelled() {
+        Err(TaskError::Shutdown)
+    } else {
+        Ok(())
+    }
+}
+
 /// Live counters, shared with an in-process coordinator for its progress bar.
 #[derive(Debug, Default)]
 pub struct WorkerStats {
@@ -129,8 +144,8 @@ pub struct Worker {
     poison: QueueClient,
     stats: Arc<WorkerStats>,
     identity: String,
-    jobs: Mutex<HashMap<(String, String), Arc<BackupJob>>>,
-    restores: Mutex<HashMap<(String, String), Arc<RestoreJob>>>,
+    jobs: Mutex<HashMap<String, Arc<BackupJob>>>,
+    restores: Mutex<HashMap<String, Arc<RestoreJob>>>,
     commits: Mutex<HashMap<String, Arc<CommitRecord>>>,
     tables: Mutex<HashMap<String, TableClient>>,
     limiters: Mutex<HashMap<String, Arc<AdaptiveLimit>>>,
@@ -521,80 +536,64 @@ impl Worker {
             })
     }
 
-    /// Loads (and caches) a backup's job file; `None` if the job does not exist.
+    /// Reads a JSON file once and keeps it: many tasks share each job file and commit
+    /// record. `None` if the file does not exist.
+    async fn cached<T: serde::de::DeserializeOwned>(
+        cache: &Mutex<HashMap<String, Arc<T>>>,
+        blobs: &BlobClient,
+        path: &str,
+    ) -> Result<Option<Arc<T>>, Error> {
+        let key = format!("{}/{path}", blobs.container());
+        if let Some(v) = cache.lock().expect("cache lock").get(&key) {
+            return Ok(Some(v.clone()));
+        }
+        let Some(value) = Self::load_json::<T>(blobs, path).await? else {
+            return Ok(None);
+        };
+        let value = Arc::new(value);
+        let mut cache = cache.lock().expect("cache lock");
+        if cache.len() >= 256 {
+            cache.clear();
+        }
+        cache.insert(key, value.clone());
+        Ok(Some(value))
+    }
+
+    /// A backup's job file; `None` if the backup does not exist.
     async fn backup_job(
         &self,
         blobs: &BlobClient,
         id: &str,
     ) -> Result<Option<Arc<BackupJob>>, Error> {
-        let key = (blobs.container().to_string(), id.to_string());
-        if let Some(j) = self.jobs.lock().expect("jobs lock").get(&key) {
-            return Ok(Some(j.clone()));
+        let job = Self::cached(&self.jobs, blobs, &BackupPaths::new(id).job()).await?;
+        if let Some(j) = &job {
+            check_protocol(&format!("backup {id}"), j.protocol)?;
         }
-        let Some(job) = Self::load_json::<BackupJob>(blobs, &BackupPaths::new(id).job()).await?
-        else {
-            return Ok(None);
-        };
-        if job.protocol != PROTOCOL_VERSION {
-            return Err(Error::InvalidResponse {
-                op: "Read Job",
-                detail: format!(
-                    "job {id} uses protocol {}; this worker speaks {PROTOCOL_VERSION}",
-                    job.protocol
-                ),
-            });
-        }
-        let job = Arc::new(job);
-        self.jobs
-            .lock()
-            .expect("jobs lock")
-            .insert(key, job.clone());
-        Ok(Some(job))
+        Ok(job)
     }
 
-    /// Loads (and caches) a restore's job file; `None` if it does not exist.
+    /// A restore's job file; `None` if the restore does not exist.
     async fn restore_job(
         &self,
         blobs: &BlobClient,
         backup: &str,
         restore: &str,
     ) -> Result<Option<Arc<RestoreJob>>, Error> {
-        let key = (blobs.container().to_string(), format!("{backup}/{restore}"));
-        if let Some(j) = self.restores.lock().expect("restores lock").get(&key) {
-            return Ok(Some(j.clone()));
-        }
         let path = BackupPaths::new(backup).restore_job(restore);
-        let Some(job) = Self::load_json::<RestoreJob>(blobs, &path).await? else {
-            return Ok(None);
-        };
-        if job.protocol != PROTOCOL_VERSION {
-            return Err(Error::InvalidResponse {
-                op: "Read Job",
-                detail: format!(
-                    "restore {restore} uses protocol {}; this worker speaks {PROTOCOL_VERSION}",
-                    job.protocol
-                ),
-            });
+        let job = Self::cached(&self.restores, blobs, &path).await?;
+        if let Some(j) = &job {
+            check_protocol(&format!("restore {restore}"), j.protocol)?;
         }
-        let job = Arc::new(job);
-        self.restores
-            .lock()
-            .expect("restores lock")
-            .insert(key, job.clone());
-        Ok(Some(job))
+        Ok(job)
     }
 
-    /// Loads (and caches) a commit record; many restore tasks share one.
+    /// A commit record; a missing one is a 404 (the backup data is gone).
     async fn commit_record(
         &self,
         blobs: &BlobClient,
         path: &str,
     ) -> Result<Arc<CommitRecord>, Error> {
-        let key = format!("{}/{path}", blobs.container());
-        if let Some(c) = self.commits.lock().expect("commits lock").get(&key) {
-            return Ok(c.clone());
-        }
-        let record = Self::load_json::<CommitRecord>(blobs, path)
+        Self::cached(&self.commits, blobs, path)
             .await?
             .ok_or_else(|| Error::Service {
                 op: "Read Commit Record",
@@ -602,14 +601,7 @@ impl Worker {
                 code: Some("BlobNotFound".into()),
                 message: format!("{path} does not exist"),
                 retry_after: None,
-            })?;
-        let record = Arc::new(record);
-        let mut cache = self.commits.lock().expect("commits lock");
-        if cache.len() >= 256 {
-            cache.clear();
-        }
-        cache.insert(key, record.clone());
-        Ok(record)
+            })
     }
 
     /// The write limiter for a target account (one per account per worker).
@@ -743,6 +735,20 @@ impl Worker {
                 tracing::error!(error = %e, "could not move the message to the poison queue; it will be redelivered")
             }
         }
+    }
+}
+
+/// Refuses job files written by a newer (or unknown) protocol version.
+fn check_protocol(what: &str, protocol: u32) -> Result<(), Error> {
+    if protocol == PROTOCOL_VERSION {
+        Ok(())
+    } else {
+        Err(Error::InvalidResponse {
+            op: "Read Job",
+            detail: format!(
+                "{what} uses protocol {protocol}; this worker speaks {PROTOCOL_VERSION}"
+            ),
+        })
     }
 }
 

@@ -89,13 +89,7 @@ fn is_batch_specific(e: &Error) -> bool {
 
 impl RestoreAttempt<'_> {
     fn check_stop(&self) -> Result<(), TaskError> {
-        if self.lost.is_cancelled() {
-            Err(TaskError::Lost)
-        } else if self.shutdown.is_cancelled() {
-            Err(TaskError::Shutdown)
-        } else {
-            Ok(())
-        }
+        crate::stop_requested(&self.lost, &self.shutdown)
     }
 
     /// Runs the attempt.

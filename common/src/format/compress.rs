@@ -1,6 +1,7 @@
 //! Per-block compression. Each block is compressed on its own so restore can fetch and
-//! decode one block with a ranged read. Decompression is bounded: a hostile block cannot
-//! make a reader allocate more than a fixed limit.
+//! decode one block with a ranged read. Blocks are compressed as they are written (a
+//! compressed block never exists uncompressed in memory); decompression is bounded, so a
+//! hostile block cannot make a reader allocate more than a fixed limit.
 
 use std::fmt;
 use std::io::Read;
@@ -30,24 +31,6 @@ impl Compression {
             Compression::None => "none",
             Compression::Zstd => "zstd",
             Compression::Gzip => "gzip",
-        }
-    }
-
-    /// Compresses one block.
-    pub fn compress(self, data: &[u8]) -> Vec<u8> {
-        match self {
-            Compression::None => data.to_vec(),
-            Compression::Zstd => {
-                zstd::bulk::compress(data, 3).expect("zstd compression of a buffer cannot fail")
-            }
-            Compression::Gzip => {
-                let mut enc = flate2::write::GzEncoder::new(
-                    Vec::with_capacity(data.len() / 3),
-                    flate2::Compression::new(6),
-                );
-                std::io::Write::write_all(&mut enc, data).expect("writing to a Vec cannot fail");
-                enc.finish().expect("writing to a Vec cannot fail")
-            }
         }
     }
 
@@ -91,6 +74,76 @@ impl Compression {
     }
 }
 
+/// Where a block's XML goes as batches close: straight into the buffer that will be
+/// uploaded, or through a streaming compressor, so a compressed block never exists
+/// uncompressed in memory.
+pub(crate) enum BlockEncoder {
+    Plain(Vec<u8>),
+    Zstd(zstd::stream::zio::Writer<Vec<u8>, ZstdContext>),
+    Gzip(flate2::write::GzEncoder<Vec<u8>>),
+}
+
+pub(crate) type ZstdContext = zstd::stream::raw::Encoder<'static>;
+
+/// A zstd compression context, made once per packer and reset between blocks: making one
+/// per block churns a megabyte of allocations that the allocator tends to keep.
+fn zstd_context() -> ZstdContext {
+    use zstd::stream::raw::CParameter;
+    let mut e = ZstdContext::new(3).expect("zstd context with a valid level");
+    // A 128 KiB window keeps the context near 1 MiB; rows of one table repeat themselves
+    // within far less than that.
+    e.set_parameter(CParameter::WindowLog(17))
+        .expect("valid zstd window");
+    e
+}
+
+impl BlockEncoder {
+    pub(crate) fn new(
+        compression: Compression,
+        block_bytes: usize,
+        zstd: &mut Option<ZstdContext>,
+    ) -> BlockEncoder {
+        match compression {
+            // Reserved once: pages become resident only as they are written.
+            Compression::None => BlockEncoder::Plain(Vec::with_capacity(block_bytes + (64 << 10))),
+            Compression::Zstd => {
+                let ctx = zstd.take().unwrap_or_else(zstd_context);
+                BlockEncoder::Zstd(zstd::stream::zio::Writer::new(Vec::new(), ctx))
+            }
+            Compression::Gzip => BlockEncoder::Gzip(flate2::write::GzEncoder::new(
+                Vec::new(),
+                flate2::Compression::new(6),
+            )),
+        }
+    }
+
+    pub(crate) fn write(&mut self, bytes: &[u8]) {
+        use std::io::Write;
+        match self {
+            BlockEncoder::Plain(v) => v.extend_from_slice(bytes),
+            BlockEncoder::Zstd(e) => e.write_all(bytes).expect("writing to a Vec cannot fail"),
+            BlockEncoder::Gzip(e) => e.write_all(bytes).expect("writing to a Vec cannot fail"),
+        }
+    }
+
+    /// The finished bytes, handing the zstd context back for the next block.
+    pub(crate) fn finish(self, zstd: &mut Option<ZstdContext>) -> Vec<u8> {
+        use zstd::stream::raw::Operation;
+        match self {
+            BlockEncoder::Plain(v) => v,
+            BlockEncoder::Zstd(mut w) => {
+                w.finish().expect("writing to a Vec cannot fail");
+                let (out, mut ctx) = w.into_inner();
+                if ctx.reinit().is_ok() {
+                    *zstd = Some(ctx);
+                }
+                out
+            }
+            BlockEncoder::Gzip(e) => e.finish().expect("writing to a Vec cannot fail"),
+        }
+    }
+}
+
 impl fmt::Display for Compression {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
@@ -119,7 +172,10 @@ mod tests {
     fn round_trips_and_bounds() {
         let data = "<Block>".repeat(10_000).into_bytes();
         for c in [Compression::None, Compression::Zstd, Compression::Gzip] {
-            let packed = c.compress(&data);
+            let mut zstd = None;
+            let mut enc = BlockEncoder::new(c, data.len(), &mut zstd);
+            enc.write(&data);
+            let packed = enc.finish(&mut zstd);
             assert_eq!(c.decompress(&packed, data.len()).unwrap(), data, "{c}");
             assert!(c.decompress(&packed, data.len() - 1).is_err(), "{c} bound");
         }

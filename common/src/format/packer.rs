@@ -10,6 +10,7 @@ use sha2::{Digest, Sha256};
 
 use super::Compression;
 use super::block::{write_batch, write_footer, write_header};
+use super::compress::{BlockEncoder, ZstdContext};
 use crate::keys::EntityKey;
 use crate::table::{Entity, MAX_BATCH_OPERATIONS};
 
@@ -65,72 +66,6 @@ pub struct SealedBlock {
     pub sha256: String,
 }
 
-/// Where a block's XML goes as batches close: straight into the buffer that will be
-/// uploaded, or through a streaming compressor, so a compressed block never exists
-/// uncompressed in memory.
-enum Sink {
-    Plain(Vec<u8>),
-    Zstd(zstd::stream::zio::Writer<Vec<u8>, ZstdContext>),
-    Gzip(flate2::write::GzEncoder<Vec<u8>>),
-}
-
-type ZstdContext = zstd::stream::raw::Encoder<'static>;
-
-/// A zstd compression context, made once per packer and reset between blocks: making one
-/// per block churns a megabyte of allocations that the allocator tends to keep.
-fn zstd_context() -> ZstdContext {
-    use zstd::stream::raw::CParameter;
-    let mut e = ZstdContext::new(3).expect("zstd context with a valid level");
-    // A 128 KiB window keeps the context near 1 MiB; rows of one table repeat themselves
-    // within far less than that.
-    e.set_parameter(CParameter::WindowLog(17))
-        .expect("valid zstd window");
-    e
-}
-
-impl Sink {
-    fn new(compression: Compression, block_bytes: usize, zstd: &mut Option<ZstdContext>) -> Sink {
-        match compression {
-            // Reserved once: pages become resident only as they are written.
-            Compression::None => Sink::Plain(Vec::with_capacity(block_bytes + (64 << 10))),
-            Compression::Zstd => {
-                let ctx = zstd.take().unwrap_or_else(zstd_context);
-                Sink::Zstd(zstd::stream::zio::Writer::new(Vec::new(), ctx))
-            }
-            Compression::Gzip => Sink::Gzip(flate2::write::GzEncoder::new(
-                Vec::new(),
-                flate2::Compression::new(6),
-            )),
-        }
-    }
-
-    fn write(&mut self, bytes: &[u8]) {
-        use std::io::Write;
-        match self {
-            Sink::Plain(v) => v.extend_from_slice(bytes),
-            Sink::Zstd(e) => e.write_all(bytes).expect("writing to a Vec cannot fail"),
-            Sink::Gzip(e) => e.write_all(bytes).expect("writing to a Vec cannot fail"),
-        }
-    }
-
-    /// The finished bytes, handing the zstd context back for the next block.
-    fn finish(self, zstd: &mut Option<ZstdContext>) -> Vec<u8> {
-        use zstd::stream::raw::Operation;
-        match self {
-            Sink::Plain(v) => v,
-            Sink::Zstd(mut w) => {
-                w.finish().expect("writing to a Vec cannot fail");
-                let (out, mut ctx) = w.into_inner();
-                if ctx.reinit().is_ok() {
-                    *zstd = Some(ctx);
-                }
-                out
-            }
-            Sink::Gzip(e) => e.finish().expect("writing to a Vec cannot fail"),
-        }
-    }
-}
-
 /// Room kept for the `<End …/></Block>` footer when deciding whether a batch still fits.
 const FOOTER_RESERVE: usize = 96;
 /// A batch scratch buffer larger than this is released after use.
@@ -139,7 +74,7 @@ const SCRATCH_KEEP: usize = 1 << 20;
 /// Streaming packer.
 pub struct Packer {
     config: PackerConfig,
-    sink: Option<Sink>,
+    sink: Option<BlockEncoder>,
     raw_len: usize,
     block_entities: usize,
     block_batches: usize,
@@ -217,7 +152,7 @@ impl Packer {
         if self.sink.is_none() {
             let mut header = String::with_capacity(256);
             write_header(&mut header, &self.config.table);
-            let mut sink = Sink::new(
+            let mut sink = BlockEncoder::new(
                 self.config.compression,
                 self.config.block_bytes,
                 &mut self.zstd,
