@@ -165,3 +165,23 @@ pub async fn load_numbered(
     }
     scan_all(client, table).await
 }
+
+/// Creates `table` holding [`edge_entity`] for every pair of [`AWKWARD_KEYS`] and returns
+/// the entities as the service holds them.
+pub async fn load_edge_table(client: &TableClient, table: &str) -> Vec<Entity> {
+    client
+        .create_table(table)
+        .await
+        .unwrap_or_else(|e| panic!("creating {table}: {e}"));
+    for pk in AWKWARD_KEYS {
+        let ops: Vec<_> = AWKWARD_KEYS
+            .iter()
+            .map(|rk| BatchOperation::Insert(edge_entity(pk, rk)))
+            .collect();
+        client
+            .submit_batch(table, &ops)
+            .await
+            .unwrap_or_else(|e| panic!("loading {table}: {e}"));
+    }
+    scan_all(client, table).await
+}

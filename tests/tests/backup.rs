@@ -13,10 +13,12 @@ use tablevault_common::format::Compression;
 use tablevault_common::job::{BackupPaths, Manifest, TaskKind, TaskMessage, poison_queue_name};
 use tablevault_common::keys::EntityKey;
 use tablevault_common::queue::{MessageTtl, QueueClient};
-use tablevault_common::table::{BatchOperation, Entity, TableClient};
+use tablevault_common::table::{Entity, TableClient};
 use tablevault_coordinator::backup::{BackupRequest, enqueue, plan, run_backup, status, watch};
 use tablevault_coordinator::state::load_manifest;
-use tablevault_tests::{AWKWARD_KEYS, TestEnv, edge_entity, load_numbered, scan_all, unique_table};
+use tablevault_tests::{
+    AWKWARD_KEYS, TestEnv, load_edge_table, load_numbered, scan_all, unique_table,
+};
 use tablevault_worker::backup::{BackupAttempt, BackupOutcome};
 use tablevault_worker::reader::{load_commit, read_block};
 use tablevault_worker::{Worker, WorkerStats};
@@ -55,15 +57,7 @@ async fn every_type_and_awkward_key_round_trips_exactly() {
     let env = TestEnv::start().await;
     let client = TableClient::new(&env.account).unwrap();
     let table = unique_table("edge");
-    client.create_table(&table).await.unwrap();
-    for pk in AWKWARD_KEYS {
-        let ops: Vec<_> = AWKWARD_KEYS
-            .iter()
-            .map(|rk| BatchOperation::Insert(edge_entity(pk, rk)))
-            .collect();
-        client.submit_batch(&table, &ops).await.unwrap();
-    }
-    let source = scan_all(&client, &table).await;
+    let source = load_edge_table(&client, &table).await;
     assert_eq!(source.len(), AWKWARD_KEYS.len() * AWKWARD_KEYS.len());
 
     for compression in [Compression::None, Compression::Zstd, Compression::Gzip] {

@@ -18,7 +18,7 @@ use tablevault_coordinator::backup::run_backup;
 use tablevault_coordinator::restore::{RestoreRequest, plan_and_enqueue, run_restore, watch};
 use tablevault_coordinator::state::load_manifest;
 use tablevault_coordinator::verify::{VerifyRequest, verify};
-use tablevault_tests::{AWKWARD_KEYS, TestEnv, edge_entity, load_numbered, scan_all, unique_table};
+use tablevault_tests::{TestEnv, load_edge_table, load_numbered, scan_all, unique_table};
 use tablevault_worker::reader::load_commit;
 use tablevault_worker::{Worker, WorkerStats};
 use tokio_util::sync::CancellationToken;
@@ -53,15 +53,7 @@ async fn every_type_round_trips_through_backup_and_restore() {
     let env = TestEnv::start().await;
     let client = TableClient::new(&env.account).unwrap();
     let table = unique_table("src");
-    client.create_table(&table).await.unwrap();
-    for pk in AWKWARD_KEYS {
-        let ops: Vec<_> = AWKWARD_KEYS
-            .iter()
-            .map(|rk| BatchOperation::Insert(edge_entity(pk, rk)))
-            .collect();
-        client.submit_batch(&table, &ops).await.unwrap();
-    }
-    let source = scan_all(&client, &table).await;
+    let source = load_edge_table(&client, &table).await;
     for compression in [Compression::Zstd, Compression::None] {
         let t = target(&env.account);
         let mut req = backup_of(&env.account, &table);
