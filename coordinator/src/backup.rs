@@ -1,37 +1,31 @@
 //! The backup control plane: plan a job (tables, ranges, options) into `job.json`,
-//! enqueue one task per range in shuffled order, watch commit records appear (running N
-//! workers in-process if asked), and finalize once every table is tiled. Every step reads
-//! and writes only blobs and the queue, so `status --wait` can take over from a
+//! enqueue one task per range, watch commit records appear, and finalize once every table
+//! is tiled. `status` reports on a job and, with `--wait`, takes it over from a
 //! coordinator that died.
 
-use std::sync::atomic::Ordering;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use bytes::Bytes;
+use async_trait::async_trait;
 use futures::StreamExt;
-use rand::seq::SliceRandom;
-use tablevault_common::blob::{BlobClient, PutOptions};
-use tablevault_common::format::{
+use tablevault_azure::StorageAccount;
+use tablevault_azure::table::TableClient;
+use tablevault_core::format::{
     Compression, DEFAULT_BATCH_BYTES, DEFAULT_BLOCK_BYTES, FORMAT_VERSION,
 };
-use tablevault_common::job::{
-    BackupJob, BackupOptions, BackupPaths, PROTOCOL_VERSION, PlannedTask, TablePlan, TaskKind,
-    TaskMessage, new_backup_id, now_rfc3339,
+use tablevault_core::protocol::{
+    AccountRef, BackupJob, BackupOptions, JobStatus, PROTOCOL_VERSION, PlannedTask, TablePlan,
+    TaskKind, TaskMessage, new_backup_id, now_rfc3339,
 };
-use tablevault_common::queue::{MessageTtl, QueueClient};
-use tablevault_common::table::TableClient;
-use tablevault_common::{ClientOptions, StorageAccount};
-use tablevault_worker::AccountSet;
-use tablevault_worker::accounts::account_ref;
-use tokio_util::sync::CancellationToken;
+use tablevault_core::stats::WorkerStats;
+use tablevault_core::store::{BackupPaths, CreateOutcome, Store};
 
-use crate::exit::{CmdResult, Failure};
 use crate::finalize::finalize;
-use crate::planner::{Planning, discover_ranges, normalize_split_keys, ranges_from_split_keys};
-use crate::progress::{Progress, Snapshot};
+use crate::location::Location;
+use crate::plan::{Planning, discover_ranges, normalize_split_keys, ranges_from_split_keys};
 use crate::report::{BackupReport, PoisonReport, TableReport, peak_rss_bytes};
-use crate::state::JobState;
-use crate::workers::InProcessWorkers;
+use crate::state::{JobState, load_job, load_manifest};
+use crate::watch::{Snapshot, WatchOptions, Watched, watch as watch_job};
+use crate::{Error, Result};
 
 /// Ranges per table to discover when the user does not say: two per in-process worker
 /// (at least 8) so no worker waits on a straggler for long; 32 when the workers are
@@ -41,39 +35,6 @@ pub fn default_ranges(workers: usize) -> usize {
         32
     } else {
         (2 * workers).clamp(8, 256)
-    }
-}
-
-/// Where the job lives: the backup account, its container and the task queue.
-#[derive(Debug, Clone)]
-pub struct Target {
-    /// Account holding the container and the queue.
-    pub account: StorageAccount,
-    /// Container of backups.
-    pub container: String,
-    /// Task queue.
-    pub queue: String,
-    /// HTTP and retry settings.
-    pub client_options: ClientOptions,
-}
-
-impl Target {
-    /// The container client.
-    pub fn blobs(&self) -> CmdResult<BlobClient> {
-        Ok(BlobClient::with_options(
-            &self.account,
-            &self.container,
-            &self.client_options,
-        )?)
-    }
-
-    /// The queue client.
-    pub fn queue(&self) -> CmdResult<QueueClient> {
-        Ok(QueueClient::with_options(
-            &self.account,
-            &self.queue,
-            &self.client_options,
-        )?)
     }
 }
 
@@ -114,49 +75,17 @@ impl BackupRequest {
     }
 }
 
-/// How to watch a job.
-#[derive(Debug, Clone)]
-pub struct WatchOptions {
-    /// Workers to run in this process (0: only watch).
-    pub workers: usize,
-    /// Accounts the in-process workers hold credentials for (sources of a backup,
-    /// targets of a restore).
-    pub accounts: AccountSet,
-    /// Lease length of in-process workers.
-    pub visibility: Duration,
-    /// How often to look at the job's blobs.
-    pub poll: Duration,
-    /// No progress bar (for `--json`).
-    pub quiet: bool,
-    /// Stop watching (and stop in-process workers) when cancelled.
-    pub shutdown: CancellationToken,
-}
-
-impl WatchOptions {
-    /// Defaults: no workers, poll twice a second.
-    pub fn new(shutdown: CancellationToken) -> Self {
-        WatchOptions {
-            workers: 0,
-            accounts: AccountSet::default(),
-            visibility: Duration::from_secs(60),
-            poll: Duration::from_millis(500),
-            quiet: false,
-            shutdown,
-        }
-    }
-}
-
 /// Lists and checks the tables to back up.
 async fn resolve_tables(
     client: &TableClient,
     wanted: &Option<Vec<String>>,
     account: &str,
-) -> CmdResult<Vec<String>> {
+) -> Result<Vec<String>> {
     let existing = client.list_tables().await?;
     match wanted {
         None => {
             if existing.is_empty() {
-                return Err(Failure::usage(format!(
+                return Err(Error::invalid(format!(
                     "the source account {account} has no tables"
                 )));
             }
@@ -173,7 +102,7 @@ async fn resolve_tables(
                 }
             }
             if !missing.is_empty() {
-                return Err(Failure::usage(format!(
+                return Err(Error::invalid(format!(
                     "table(s) not found in the source account {account}: {}",
                     missing.join(", ")
                 )));
@@ -183,82 +112,83 @@ async fn resolve_tables(
     }
 }
 
+/// Cuts one table into ranges.
+async fn plan_table(
+    source: &TableClient,
+    name: String,
+    split: &[String],
+    ranges_per_table: usize,
+) -> Result<TablePlan> {
+    let (ranges, planning) = if split.is_empty() {
+        let (ranges, probes) = discover_ranges(source, &name, ranges_per_table.max(1)).await?;
+        tracing::info!(table = %name, ranges = ranges.len(), probes, "discovered ranges");
+        (ranges, Planning::Discovered)
+    } else {
+        (ranges_from_split_keys(split), Planning::SplitKeys)
+    };
+    let width = ranges.len().to_string().len().max(4);
+    Ok(TablePlan {
+        planning: planning.as_str().to_string(),
+        tasks: ranges
+            .into_iter()
+            .enumerate()
+            .map(|(i, range)| PlannedTask {
+                task: format!("r{i:0width$}"),
+                range,
+            })
+            .collect(),
+        name,
+    })
+}
+
 /// Plans a backup and writes its `job.json`.
-pub async fn plan(req: &BackupRequest, target: &Target) -> CmdResult<BackupJob> {
+pub async fn plan(req: &BackupRequest, location: &Location) -> Result<BackupJob> {
     if !(1..50_000).contains(&req.blocks_per_blob) {
-        return Err(Failure::usage(
+        return Err(Error::invalid(
             "--blocks-per-blob must be between 1 and 49999",
         ));
     }
     if req.block_bytes < 64 * 1024 {
-        return Err(Failure::usage("--block-size must be at least 64 KiB"));
+        return Err(Error::invalid("--block-size must be at least 64 KiB"));
     }
-    let source = TableClient::with_options(&req.source, &target.client_options)?;
+    let source = TableClient::with_options(&req.source, &location.client_options)?;
     let tables = resolve_tables(&source, &req.tables, req.source.name()).await?;
     let split = normalize_split_keys(&req.split_keys)?;
-    let plans: Vec<CmdResult<TablePlan>> = futures::stream::iter(tables)
-        .map(|name| {
-            let source = &source;
-            let split = &split;
-            async move {
-                let (ranges, planning) = if split.is_empty() {
-                    let (ranges, probes) = discover_ranges(source, &name, req.ranges_per_table.max(1)).await?;
-                    tracing::info!(table = %name, ranges = ranges.len(), probes, "discovered ranges");
-                    (ranges, Planning::Discovered)
-                } else {
-                    (ranges_from_split_keys(split), Planning::SplitKeys)
-                };
-                let width = ranges.len().to_string().len().max(4);
-                Ok(TablePlan {
-                    planning: planning.as_str().to_string(),
-                    tasks: ranges
-                        .into_iter()
-                        .enumerate()
-                        .map(|(i, range)| PlannedTask {
-                            task: format!("r{i:0width$}"),
-                            range,
-                        })
-                        .collect(),
-                    name,
-                })
-            }
-        })
+    let plans: Vec<Result<TablePlan>> = futures::stream::iter(tables)
+        .map(|name| plan_table(&source, name, &split, req.ranges_per_table))
         .buffered(4)
         .collect()
         .await;
-    let tables = plans.into_iter().collect::<CmdResult<Vec<_>>>()?;
+    let tables = plans.into_iter().collect::<Result<Vec<_>>>()?;
     let job = BackupJob {
         protocol: PROTOCOL_VERSION,
         format: FORMAT_VERSION,
         backup_id: new_backup_id(),
         created_at: now_rfc3339(),
-        source: account_ref(&req.source)?,
+        source: AccountRef::of(&req.source)?,
         options: BackupOptions {
             compression: req.compression,
             blocks_per_blob: req.blocks_per_blob,
             block_bytes: req.block_bytes,
             batch_bytes: DEFAULT_BATCH_BYTES,
             max_attempts: req.max_attempts.max(1),
-            queue: target.queue.clone(),
+            queue: location.queue.clone(),
         },
         tables,
         tool_version: env!("CARGO_PKG_VERSION").to_string(),
     };
-    let blobs = target.blobs()?;
-    blobs.create_container().await?;
-    let body = serde_json::to_vec_pretty(&job).expect("jobs serialize");
-    blobs
-        .put_blob(
-            &BackupPaths::new(&job.backup_id).job(),
-            Bytes::from(body),
-            &PutOptions {
-                content_type: Some("application/json".into()),
-                if_none_match: true,
-                ..Default::default()
-            },
-        )
-        .await?;
-    Ok(job)
+    let store = location.store()?;
+    store.create_container().await?;
+    match store
+        .create(&BackupPaths::new(&job.backup_id).job(), &job, Vec::new())
+        .await?
+    {
+        CreateOutcome::Created => Ok(job),
+        CreateOutcome::AlreadyExists => Err(Error::Internal(format!(
+            "backup id {} is already taken",
+            job.backup_id
+        ))),
+    }
 }
 
 /// The queue message of a planned task.
@@ -282,126 +212,106 @@ pub fn task_message(
 
 /// Puts one message per task on the queue, in shuffled order so concurrent workers spread
 /// over the key space, then records that the job is fully enqueued. With `state`, only
-/// tasks not yet committed are enqueued (a resumed job).
+/// tasks not yet committed or poisoned are enqueued (a resumed job).
 pub async fn enqueue(
-    target: &Target,
+    location: &Location,
     job: &BackupJob,
     state: Option<&JobState>,
-) -> CmdResult<usize> {
-    let queue = target.queue()?;
+) -> Result<usize> {
+    let queue = location.task_queue()?;
     queue.create().await?;
-    QueueClient::with_options(
-        &target.account,
-        &tablevault_common::job::poison_queue_name(&target.queue),
-        &target.client_options,
-    )?
-    .create()
-    .await?;
-    let mut messages: Vec<String> = Vec::new();
+    location.poison_queue()?.create().await?;
+    let mut tasks = Vec::new();
     for t in &job.tables {
         for task in &t.tasks {
             let key = (t.name.clone(), task.task.clone());
-            if state.is_some_and(|s| s.commits.contains_key(&key) || s.poisoned.contains_key(&key))
+            if state
+                .is_some_and(|s| s.commits().contains_key(&key) || s.poisoned().contains_key(&key))
             {
                 continue;
             }
-            messages.push(task_message(job, &target.container, &t.name, task).encode());
+            tasks.push(task_message(job, &location.container, &t.name, task));
         }
     }
-    messages.shuffle(&mut rand::rng());
-    let count = messages.len();
-    let results: Vec<_> = futures::stream::iter(messages)
-        .map(|m| {
-            let queue = &queue;
-            async move { queue.put_message(&m, None, MessageTtl::Never).await }
-        })
-        .buffer_unordered(32)
-        .collect()
-        .await;
-    for r in results {
-        r?;
-    }
-    let blobs = target.blobs()?;
-    blobs
-        .put_blob(
+    let count = crate::enqueue::enqueue_shuffled(&queue, tasks).await?;
+    location
+        .store()?
+        .mark(
             &BackupPaths::new(&job.backup_id).enqueued_marker(),
-            Bytes::from(count.to_string()),
-            &PutOptions::default(),
+            &count.to_string(),
         )
         .await?;
     Ok(count)
 }
 
-/// Watches a job until it is complete (then finalizes it), cannot complete (poisoned
-/// tasks), or the watch is cancelled.
-pub async fn watch(
-    target: &Target,
-    job: BackupJob,
-    opts: &WatchOptions,
-) -> CmdResult<BackupReport> {
-    let started = Instant::now();
-    let blobs = target.blobs()?;
-    let mut workers = InProcessWorkers::start(target, &job.backup_id, opts)?;
-    let stats = workers.stats.clone();
-    let mut state = JobState::new(blobs.clone(), job);
-    let mut progress = Progress::new("backup", opts.quiet);
-    let mut stalled_checks = 0;
-    let outcome = loop {
-        if let Err(e) = state.refresh().await {
-            tracing::warn!(error = %e, "cannot read the job's state; retrying");
+/// A backup as the watch loop sees it.
+struct BackupWatch {
+    state: JobState,
+    /// Checks that found every task committed but the table not tiled.
+    stalled_checks: u32,
+}
+
+#[async_trait]
+impl Watched for BackupWatch {
+    async fn refresh(&mut self, store: &Store) -> Result<()> {
+        self.state.refresh(store).await
+    }
+
+    fn snapshot(&self, live: Option<&WorkerStats>) -> Snapshot {
+        let s = &self.state;
+        let (mut entities, mut bytes) = (s.committed_entities(), s.committed_bytes());
+        if let Some(live) = live {
+            entities = entities.max(WorkerStats::get(&live.entities));
+            bytes = bytes.max(WorkerStats::get(&live.stored_bytes));
         }
-        let total = state.job.task_count() as u64;
-        let live = opts.workers > 0;
-        progress.update(Snapshot {
-            tasks_done: state.commits.len() as u64,
-            tasks_total: total,
-            entities: if live {
-                stats
-                    .entities
-                    .load(Ordering::Relaxed)
-                    .max(state.committed_entities())
-            } else {
-                state.committed_entities()
-            },
-            bytes: if live {
-                stats
-                    .stored_bytes
-                    .load(Ordering::Relaxed)
-                    .max(state.committed_bytes())
-            } else {
-                state.committed_bytes()
-            },
-            poisoned: state.poisoned.len() as u64,
-        });
-        if state.is_complete() {
-            break "complete";
+        Snapshot {
+            tasks_done: s.commits().len() as u64,
+            tasks_total: s.job.task_count() as u64,
+            entities,
+            bytes,
+            poisoned: s.poisoned().len() as u64,
         }
-        if state.outstanding().is_empty() {
-            if !state.poisoned.is_empty() {
-                break "incomplete";
+    }
+
+    fn settled(&mut self) -> Result<Option<JobStatus>> {
+        if self.state.is_complete() {
+            return Ok(Some(JobStatus::Complete));
+        }
+        if self.state.outstanding().is_empty() {
+            if !self.state.poisoned().is_empty() {
+                return Ok(Some(JobStatus::Incomplete));
             }
             // Everything committed but no tiling: a planning bug. Say so rather than wait.
-            stalled_checks += 1;
-            if stalled_checks > 3 {
-                progress.finish();
-                workers.stop().await;
-                return Err(Failure::failed(
-                    "internal error: every task is committed but the ranges do not tile the key space",
+            self.stalled_checks += 1;
+            if self.stalled_checks > 3 {
+                return Err(Error::Internal(
+                    "every task is committed but the ranges do not tile the key space".into(),
                 ));
             }
         }
-        workers.check();
-        tokio::select! {
-            _ = opts.shutdown.cancelled() => break "interrupted",
-            _ = stats.changed.notified() => {}
-            _ = tokio::time::sleep(opts.poll) => {}
-        }
+        Ok(None)
+    }
+}
+
+/// Watches a job until it is complete (then finalizes it), cannot complete (poisoned
+/// tasks), or the watch is cancelled.
+pub async fn watch(
+    location: &Location,
+    job: BackupJob,
+    opts: &WatchOptions,
+) -> Result<BackupReport> {
+    let started = Instant::now();
+    let store = location.store()?;
+    let id = job.backup_id.clone();
+    let mut w = BackupWatch {
+        state: JobState::new(job),
+        stalled_checks: 0,
     };
-    workers.stop().await;
-    progress.finish();
-    let mut report = report_from_state(&state, target, outcome);
-    if outcome == "complete" {
-        let manifest = finalize(&blobs, &state).await?;
+    let status = watch_job(location, &id, &mut w, opts).await?;
+    let state = w.state;
+    let mut report = report_from_state(&state, location, status);
+    if status == JobStatus::Complete {
+        let manifest = finalize(&store, &state).await?;
         report.entities = manifest.entities;
         report.raw_bytes = manifest.raw_bytes;
         report.stored_bytes = manifest.stored_bytes;
@@ -417,23 +327,20 @@ pub async fn watch(
             })
             .collect();
     }
-    let secs = started.elapsed().as_secs_f64();
-    report.duration_seconds = secs;
-    report.entities_per_second = report.entities as f64 / secs.max(1e-6);
-    report.mb_per_second = report.stored_bytes as f64 / 1e6 / secs.max(1e-6);
+    report.timed(started.elapsed().as_secs_f64());
     report.peak_rss_bytes = peak_rss_bytes();
     Ok(report)
 }
 
 /// A report of the state as it is (committed tasks only).
-pub fn report_from_state(state: &JobState, target: &Target, status: &str) -> BackupReport {
+pub fn report_from_state(state: &JobState, location: &Location, status: JobStatus) -> BackupReport {
     let tables = state
         .job
         .tables
         .iter()
         .map(|t| {
             let done: Vec<_> = state
-                .commits
+                .commits()
                 .values()
                 .filter(|c| c.table == t.name)
                 .collect();
@@ -446,27 +353,17 @@ pub fn report_from_state(state: &JobState, target: &Target, status: &str) -> Bac
             }
         })
         .collect::<Vec<_>>();
-    let mut poisoned: Vec<PoisonReport> = state
-        .poisoned
-        .values()
-        .map(|p| PoisonReport {
-            table: p.table.clone(),
-            task: p.task.clone(),
-            reason: p.reason.clone(),
-        })
-        .collect();
-    poisoned.sort_by(|a, b| (&a.table, &a.task).cmp(&(&b.table, &b.task)));
     BackupReport {
         backup_id: state.job.backup_id.clone(),
-        status: status.to_string(),
-        container: target.container.clone(),
+        status,
+        container: location.container.clone(),
         entities: tables.iter().map(|t| t.entities).sum(),
         raw_bytes: tables.iter().map(|t| t.raw_bytes).sum(),
         stored_bytes: tables.iter().map(|t| t.stored_bytes).sum(),
         tables,
-        tasks_committed: state.commits.len(),
+        tasks_committed: state.commits().len(),
         tasks_total: state.job.task_count(),
-        poisoned,
+        poisoned: PoisonReport::sorted(state.poisoned().values()),
         duration_seconds: 0.0,
         entities_per_second: 0.0,
         mb_per_second: 0.0,
@@ -477,93 +374,93 @@ pub fn report_from_state(state: &JobState, target: &Target, status: &str) -> Bac
 /// `tablevault backup`: plan, enqueue, watch, finalize.
 pub async fn run_backup(
     req: &BackupRequest,
-    target: &Target,
-    mut opts: WatchOptions,
-) -> CmdResult<BackupReport> {
+    location: &Location,
+    opts: &WatchOptions,
+) -> Result<BackupReport> {
     let started = Instant::now();
-    let job = plan(req, target).await?;
+    let job = plan(req, location).await?;
     tracing::info!(backup_id = %job.backup_id, tasks = job.task_count(), "planned");
-    enqueue(target, &job, None).await?;
-    if opts.accounts.is_empty() {
-        opts.accounts = AccountSet::new(vec![req.source.clone()]);
-    }
-    let mut report = watch(target, job, &opts).await?;
+    enqueue(location, &job, None).await?;
+    let mut report = watch(location, job, opts).await?;
     // Report the whole command's rate, planning included.
-    let secs = started.elapsed().as_secs_f64();
-    report.duration_seconds = secs;
-    report.entities_per_second = report.entities as f64 / secs.max(1e-6);
-    report.mb_per_second = report.stored_bytes as f64 / 1e6 / secs.max(1e-6);
+    report.timed(started.elapsed().as_secs_f64());
     Ok(report)
+}
+
+/// What `status` should do besides reporting.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct StatusOptions {
+    /// Take the job over and watch it to the end, finalizing it.
+    pub wait: bool,
+    /// Put poisoned tasks back on the queue first.
+    pub retry_poisoned: bool,
 }
 
 /// `tablevault status <id> [--wait] [--retry-poisoned]`: report, and optionally take the
 /// job over (re-enqueue what a dead coordinator never enqueued, requeue poisoned tasks,
 /// watch to the end, finalize).
 pub async fn status(
-    target: &Target,
+    location: &Location,
     id: &str,
-    wait: bool,
-    retry_poisoned: bool,
+    what: StatusOptions,
     opts: &WatchOptions,
-) -> CmdResult<BackupReport> {
-    let blobs = target.blobs()?;
-    let job = crate::state::load_job(&blobs, id).await?;
-    let mut state = JobState::new(blobs.clone(), job.clone());
-    state.refresh().await?;
-    if let Some(manifest) = crate::state::load_manifest(&blobs, id).await? {
-        if wait {
+) -> Result<BackupReport> {
+    let store = location.store()?;
+    let job = load_job(&store, id).await?;
+    let mut state = JobState::new(job.clone());
+    state.refresh(&store).await?;
+    if let Some(manifest) = load_manifest(&store, id).await? {
+        if what.wait {
             // Finalize again: idempotent, and collects any garbage a straggler left.
-            finalize(&blobs, &state).await?;
+            finalize(&store, &state).await?;
         }
-        let mut report = report_from_state(&state, target, "complete");
+        let mut report = report_from_state(&state, location, JobStatus::Complete);
         report.entities = manifest.entities;
         report.raw_bytes = manifest.raw_bytes;
         report.stored_bytes = manifest.stored_bytes;
         return Ok(report);
     }
-    if retry_poisoned && !state.poisoned.is_empty() {
-        let queue = target.queue()?;
-        for (table, task) in state.poisoned.keys() {
+    if what.retry_poisoned && !state.poisoned().is_empty() {
+        let queue = location.task_queue()?;
+        for (table, task) in state.poisoned().keys() {
             let planned = job
                 .table(table)
                 .and_then(|t| t.tasks.iter().find(|p| &p.task == task))
                 .ok_or_else(|| {
-                    Failure::failed(format!("poisoned task {table}/{task} is not in the plan"))
+                    Error::Internal(format!("poisoned task {table}/{task} is not in the plan"))
                 })?;
-            blobs
+            store
                 .delete(&BackupPaths::new(id).poison(table, task))
                 .await?;
             queue
-                .put_message(
-                    &task_message(&job, &target.container, table, planned).encode(),
+                .put(
+                    &task_message(&job, &location.container, table, planned).encode(),
                     None,
-                    MessageTtl::Never,
                 )
                 .await?;
             tracing::info!(table, task, "poisoned task re-queued");
         }
-        state.poisoned.clear();
+        state.records.poisoned.clear();
     }
-    if !wait {
-        let status = if state.outstanding().is_empty() && !state.poisoned.is_empty() {
-            "incomplete"
+    if !what.wait {
+        let status = if state.outstanding().is_empty() && !state.poisoned().is_empty() {
+            JobStatus::Incomplete
         } else if state.is_complete() {
-            "complete"
+            JobStatus::Complete
         } else {
-            "in-progress"
+            JobStatus::InProgress
         };
-        return Ok(report_from_state(&state, target, status));
+        return Ok(report_from_state(&state, location, status));
     }
-    if blobs
-        .properties(&BackupPaths::new(id).enqueued_marker())
+    if !store
+        .exists(&BackupPaths::new(id).enqueued_marker())
         .await?
-        .is_none()
     {
-        let n = enqueue(target, &job, Some(&state)).await?;
+        let n = enqueue(location, &job, Some(&state)).await?;
         tracing::info!(
             tasks = n,
             "the previous coordinator died before enqueueing everything; re-enqueued outstanding tasks"
         );
     }
-    watch(target, job, opts).await
+    watch(location, job, opts).await
 }

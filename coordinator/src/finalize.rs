@@ -2,13 +2,13 @@
 //! (create-only, so two coordinators finalizing at once agree), then delete the blobs of
 //! attempts that did not win. Safe to run again at any point.
 
-use bytes::Bytes;
-use futures::StreamExt;
-use tablevault_common::blob::{BlobClient, ListOptions, PutOptions};
-use tablevault_common::job::{BackupPaths, Manifest, ManifestRange, ManifestTable, now_rfc3339};
+use std::collections::HashSet;
 
-use crate::exit::{CmdResult, Failure};
-use crate::state::JobState;
+use tablevault_core::protocol::{Manifest, ManifestRange, ManifestTable, now_rfc3339};
+use tablevault_core::store::{BackupPaths, CreateOutcome, Store};
+
+use crate::state::{JobState, load_manifest};
+use crate::{Error, Result};
 
 /// Builds the manifest from the tiling of every table. `None` if some table is not tiled.
 pub fn build_manifest(state: &JobState) -> Option<Manifest> {
@@ -57,62 +57,45 @@ pub fn build_manifest(state: &JobState) -> Option<Manifest> {
 
 /// Writes the manifest (or reads the one another coordinator wrote first) and collects
 /// the blobs of losing and dead attempts. Returns the manifest in force.
-pub async fn finalize(blobs: &BlobClient, state: &JobState) -> CmdResult<Manifest> {
-    let paths = BackupPaths::new(&state.job.backup_id);
-    let manifest = build_manifest(state).ok_or_else(|| {
-        Failure::failed("internal error: finalize called on an incomplete backup")
-    })?;
-    let body = serde_json::to_vec_pretty(&manifest).expect("manifests serialize");
-    let opts = PutOptions {
-        content_type: Some("application/json".into()),
-        metadata: vec![
-            ("tvformat".into(), manifest.format.to_string()),
-            ("tventities".into(), manifest.entities.to_string()),
-        ],
-        if_none_match: true,
+pub async fn finalize(store: &Store, state: &JobState) -> Result<Manifest> {
+    let id = &state.job.backup_id;
+    let paths = BackupPaths::new(id);
+    let manifest = build_manifest(state)
+        .ok_or_else(|| Error::Internal("finalize called on an incomplete backup".into()))?;
+    let metadata = vec![
+        ("tvformat".into(), manifest.format.to_string()),
+        ("tventities".into(), manifest.entities.to_string()),
+    ];
+    let manifest = match store.create(&paths.manifest(), &manifest, metadata).await? {
+        CreateOutcome::Created => manifest,
+        CreateOutcome::AlreadyExists => load_manifest(store, id)
+            .await?
+            .ok_or_else(|| Error::Internal("manifest vanished while finalizing".into()))?,
     };
-    let manifest = match blobs
-        .put_blob(&paths.manifest(), Bytes::from(body), &opts)
-        .await
-    {
-        Ok(_) => manifest,
-        Err(e) if e.has_code("BlobAlreadyExists") || e.status() == Some(412) => {
-            crate::state::load_manifest(blobs, &state.job.backup_id)
-                .await?
-                .ok_or_else(|| Failure::failed("manifest vanished while finalizing"))?
-        }
-        Err(e) => return Err(e.into()),
-    };
-    collect_garbage(blobs, &paths, &manifest, state).await?;
+    collect_garbage(store, &paths, &manifest, state).await?;
     Ok(manifest)
 }
 
 /// Deletes data blobs that no range of the manifest references: attempts that lost the
 /// commit race, died mid-way, or committed a range the tiling did not use.
 async fn collect_garbage(
-    blobs: &BlobClient,
+    store: &Store,
     paths: &BackupPaths,
     manifest: &Manifest,
     state: &JobState,
-) -> CmdResult<()> {
-    let mut keep = std::collections::HashSet::new();
+) -> Result<()> {
+    let mut keep = HashSet::new();
     for t in &manifest.tables {
         for r in &t.ranges {
-            if let Some(c) = state.commits.get(&(t.name.clone(), r.task.clone())) {
+            if let Some(c) = state.commits().get(&(t.name.clone(), r.task.clone())) {
                 keep.insert(paths.attempt_prefix(&c.table, &c.task, &c.attempt));
             }
         }
     }
-    let listing = blobs
-        .list_all(&ListOptions {
-            prefix: Some(&paths.data_root()),
-            ..Default::default()
-        })
-        .await?;
-    let garbage: Vec<String> = listing
-        .blobs
+    let garbage: Vec<String> = store
+        .list_names(&paths.data_root())
+        .await?
         .into_iter()
-        .map(|b| b.name)
         .filter(|n| !keep.iter().any(|k| n.starts_with(k.as_str())))
         .collect();
     if !garbage.is_empty() {
@@ -121,15 +104,6 @@ async fn collect_garbage(
             "deleting blobs of attempts that did not win"
         );
     }
-    let results: Vec<_> = futures::stream::iter(garbage)
-        .map(|name| async move { (blobs.delete(&name).await, name) })
-        .buffer_unordered(16)
-        .collect()
-        .await;
-    for (r, name) in results {
-        if let Err(e) = r {
-            tracing::warn!(blob = %name, error = %e, "could not delete an unused blob");
-        }
-    }
+    store.delete_unreferenced(&garbage).await;
     Ok(())
 }

@@ -1,20 +1,26 @@
-//! tablevault's control plane: plans backups into key-range tasks, enqueues them, runs or
-//! watches workers, and finalizes jobs from the state they leave in blob storage. The
-//! `tablevault` binary is a thin front-end over this library.
+//! tablevault's control plane: plans backups into key-range tasks and restores into block
+//! tasks, enqueues them, watches their records appear (with in-process workers if the
+//! caller provides them), finalizes backups, verifies them, and lists them. Every step
+//! reads and writes only the job's store and the queue, so any coordinator can take over
+//! a job another one started.
+//!
+//! Outcomes are typed ([`Error`], `JobStatus`, the reports); turning them into output and
+//! exit codes is the command line's business.
 
 pub mod backup;
-pub mod bench;
-pub mod cli;
-pub mod demo;
-pub mod exit;
+mod enqueue;
+pub mod error;
 pub mod finalize;
 pub mod listing;
-pub mod planner;
-pub mod progress;
+pub mod location;
+pub mod plan;
 pub mod report;
 pub mod restore;
-pub mod sample;
 pub mod selection;
 pub mod state;
 pub mod verify;
-pub mod workers;
+pub mod watch;
+
+pub use error::{Error, Result};
+pub use location::Location;
+pub use watch::{LocalWorkers, Progress, RunningWorkers, Snapshot, WatchOptions};

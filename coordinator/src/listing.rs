@@ -1,11 +1,11 @@
 //! `tablevault list`: the backups in a container, oldest first, with their state.
 
 use serde::Serialize;
-use tablevault_common::blob::ListOptions;
-use tablevault_common::job::BackupPaths;
+use tablevault_core::protocol::{JobStatus, is_valid_backup_id};
+use tablevault_core::store::{BackupPaths, Store, StoreError};
 
-use crate::backup::Target;
-use crate::exit::CmdResult;
+use crate::Result;
+use crate::state::{load_job, load_manifest};
 
 /// One backup in the list.
 #[derive(Debug, Clone, Serialize)]
@@ -15,7 +15,7 @@ pub struct ListEntry {
     /// When it was planned.
     pub created_at: String,
     /// `complete`, `incomplete` (poisoned tasks) or `in-progress`.
-    pub status: String,
+    pub status: JobStatus,
     /// Source account.
     pub source_account: String,
     /// Tables.
@@ -25,52 +25,36 @@ pub struct ListEntry {
 }
 
 /// Lists the backups of a container.
-pub async fn list(target: &Target) -> CmdResult<Vec<ListEntry>> {
-    let blobs = target.blobs()?;
-    let top = match blobs
-        .list_all(&ListOptions {
-            delimiter: Some("/"),
-            ..Default::default()
-        })
-        .await
-    {
-        Ok(t) => t,
-        Err(e) if e.has_code("ContainerNotFound") => return Ok(Vec::new()),
+pub async fn list(store: &Store) -> Result<Vec<ListEntry>> {
+    let ids = match store.list_dirs("").await {
+        Ok(ids) => ids,
+        Err(StoreError::Storage(e)) if e.has_code("ContainerNotFound") => return Ok(Vec::new()),
         Err(e) => return Err(e.into()),
     };
     let mut out = Vec::new();
-    for prefix in top.prefixes {
-        let id = prefix.trim_end_matches('/');
-        if !tablevault_common::job::is_valid_backup_id(id) {
+    for id in ids {
+        if !is_valid_backup_id(&id) {
             continue;
         }
-        let Ok(job) = crate::state::load_job(&blobs, id).await else {
+        let Ok(job) = load_job(store, &id).await else {
             continue; // not a tablevault backup (or unreadable): skip rather than fail the list
         };
-        let manifest = crate::state::load_manifest(&blobs, id).await?;
+        let manifest = load_manifest(store, &id).await?;
         let status = if manifest.is_some() {
-            "complete"
+            JobStatus::Complete
+        } else if store
+            .list_names(&BackupPaths::new(&id).poison_root())
+            .await?
+            .is_empty()
+        {
+            JobStatus::InProgress
         } else {
-            let poisoned = blobs
-                .list_page(
-                    &ListOptions {
-                        prefix: Some(&BackupPaths::new(id).poison_root()),
-                        max_results: Some(1),
-                        ..Default::default()
-                    },
-                    None,
-                )
-                .await?;
-            if poisoned.blobs.is_empty() {
-                "in-progress"
-            } else {
-                "incomplete"
-            }
+            JobStatus::Incomplete
         };
         out.push(ListEntry {
-            backup_id: id.to_string(),
+            backup_id: id.clone(),
             created_at: job.created_at.clone(),
-            status: status.to_string(),
+            status,
             source_account: job.source.account.clone(),
             tables: job.tables.iter().map(|t| t.name.clone()).collect(),
             entities: manifest.map(|m| m.entities),

@@ -1,7 +1,9 @@
-//! What a command reports at the end: one JSON object with `--json`, a short summary
-//! otherwise.
+//! What backup and restore commands report at the end, as data: the command line prints
+//! it (one JSON object with `--json`, a summary otherwise).
 
 use serde::Serialize;
+use tablevault_core::keys::EntityKey;
+use tablevault_core::protocol::{JobStatus, PoisonRecord, RestoreMode};
 
 /// Per-table result of a backup.
 #[derive(Debug, Clone, Serialize)]
@@ -29,13 +31,29 @@ pub struct PoisonReport {
     pub reason: String,
 }
 
+impl PoisonReport {
+    /// Reports of poison records, sorted by table and task.
+    pub fn sorted<'a>(records: impl IntoIterator<Item = &'a PoisonRecord>) -> Vec<Self> {
+        let mut out: Vec<PoisonReport> = records
+            .into_iter()
+            .map(|p| PoisonReport {
+                table: p.table.clone(),
+                task: p.task.clone(),
+                reason: p.reason.clone(),
+            })
+            .collect();
+        out.sort_by(|a, b| (&a.table, &a.task).cmp(&(&b.table, &b.task)));
+        out
+    }
+}
+
 /// The outcome of `backup` or `status`.
 #[derive(Debug, Clone, Serialize)]
 pub struct BackupReport {
     /// Backup id.
     pub backup_id: String,
-    /// `complete`, `incomplete` (poisoned tasks), `in-progress` or `interrupted`.
-    pub status: String,
+    /// Where the backup stands.
+    pub status: JobStatus,
     /// Container holding it.
     pub container: String,
     /// Per table.
@@ -63,54 +81,87 @@ pub struct BackupReport {
 }
 
 impl BackupReport {
-    /// Prints the human summary to stdout.
-    pub fn print_human(&self) {
-        let verb = match self.status.as_str() {
-            "complete" => "complete",
-            "incomplete" => "INCOMPLETE",
-            "interrupted" => "interrupted",
-            _ => "in progress",
-        };
-        println!(
-            "backup {} {verb}: {} table(s), {} entities, {} stored ({} raw), {}/{} tasks",
-            self.backup_id,
-            self.tables.len(),
-            self.entities,
-            indicatif::HumanBytes(self.stored_bytes),
-            indicatif::HumanBytes(self.raw_bytes),
-            self.tasks_committed,
-            self.tasks_total,
-        );
-        if self.duration_seconds > 0.0 {
-            println!(
-                "  {:.1} s, {:.0} entities/s, {:.2} MB/s",
-                self.duration_seconds, self.entities_per_second, self.mb_per_second
-            );
-        }
-        let width = self.tables.iter().map(|t| t.name.len()).max().unwrap_or(0);
-        for t in &self.tables {
-            println!(
-                "  {:width$}  {:>12} entities  {:>4} ranges  {:>10}",
-                t.name,
-                t.entities,
-                t.ranges,
-                indicatif::HumanBytes(t.stored_bytes).to_string(),
-            );
-        }
-        for p in &self.poisoned {
-            println!("  POISONED {}/{}: {}", p.table, p.task, p.reason);
-        }
-        match self.status.as_str() {
-            "incomplete" => println!(
-                "  the backup is not usable; fix the cause, then `tablevault status {} --retry-poisoned --wait`",
-                self.backup_id
-            ),
-            "interrupted" | "in-progress" => println!(
-                "  resume with `tablevault status {} --wait` (add --workers N to run workers here)",
-                self.backup_id
-            ),
-            _ => {}
-        }
+    /// Sets the timing fields from the command's wall time.
+    pub fn timed(&mut self, seconds: f64) {
+        let secs = seconds.max(1e-6);
+        self.duration_seconds = seconds;
+        self.entities_per_second = self.entities as f64 / secs;
+        self.mb_per_second = self.stored_bytes as f64 / 1e6 / secs;
+    }
+}
+
+/// Per-table outcome of a restore.
+#[derive(Debug, Clone, Serialize)]
+pub struct RestoreTableReport {
+    /// Table in the backup.
+    pub source: String,
+    /// Table written.
+    pub target: String,
+    /// Entities the backup holds.
+    pub entities: u64,
+    /// Entities written.
+    pub written: u64,
+    /// Entities already present and identical (insert modes).
+    pub identical: u64,
+    /// Entities present and left alone (`insert-skip`).
+    pub skipped: u64,
+    /// Entities in batches that failed.
+    pub failed: u64,
+    /// Tasks done.
+    pub tasks_done: u64,
+    /// Tasks planned.
+    pub tasks: u64,
+}
+
+/// A failed batch, as reported.
+#[derive(Debug, Clone, Serialize)]
+pub struct FailureReport {
+    /// Target table.
+    pub table: String,
+    /// Task.
+    pub task: String,
+    /// Entities not written (all keys of the batch).
+    pub keys: Vec<EntityKey>,
+    /// HTTP status.
+    pub status: u16,
+    /// Service error code.
+    pub code: Option<String>,
+    /// The service's reason.
+    pub message: String,
+}
+
+/// The outcome of `restore`.
+#[derive(Debug, Clone, Serialize)]
+pub struct RestoreReport {
+    /// Restore id.
+    pub restore_id: String,
+    /// Backup id.
+    pub backup_id: String,
+    /// `complete`, `failed` (failed batches or poisoned tasks) or `interrupted`.
+    pub status: JobStatus,
+    /// Mode.
+    pub mode: RestoreMode,
+    /// Per table.
+    pub tables: Vec<RestoreTableReport>,
+    /// Entities written in all tables.
+    pub written: u64,
+    /// Failed batches.
+    pub failures: Vec<FailureReport>,
+    /// Poisoned tasks (for example a corrupt block: nothing from it was written).
+    pub poisoned: Vec<PoisonReport>,
+    /// Wall time.
+    pub duration_seconds: f64,
+    /// Entities written per second.
+    pub entities_per_second: f64,
+    /// Peak resident memory of this process (Linux).
+    pub peak_rss_bytes: Option<u64>,
+}
+
+impl RestoreReport {
+    /// Sets the timing fields from the command's wall time.
+    pub fn timed(&mut self, seconds: f64) {
+        self.duration_seconds = seconds;
+        self.entities_per_second = self.written as f64 / seconds.max(1e-6);
     }
 }
 

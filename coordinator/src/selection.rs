@@ -1,22 +1,22 @@
 //! Choosing tables of a backup and naming their targets: `--tables T1,T2` and
 //! `--rename T1=T1restored,…`, shared by `restore` and `verify`.
 
-use tablevault_common::job::Manifest;
-use tablevault_common::table::is_valid_table_name;
+use tablevault_azure::table::is_valid_table_name;
+use tablevault_core::protocol::Manifest;
 
-use crate::exit::{CmdResult, Failure};
+use crate::{Error, Result};
 
 /// Parses `--rename` pairs (`from=to`).
-pub fn parse_renames(pairs: &[String]) -> CmdResult<Vec<(String, String)>> {
+pub fn parse_renames(pairs: &[String]) -> Result<Vec<(String, String)>> {
     pairs
         .iter()
         .map(|p| {
             let (from, to) = p.split_once('=').ok_or_else(|| {
-                Failure::usage(format!("--rename {p:?}: expected SOURCE=TARGET"))
+                Error::invalid(format!("--rename {p:?}: expected SOURCE=TARGET"))
             })?;
             let (from, to) = (from.trim(), to.trim());
             if !is_valid_table_name(to) {
-                return Err(Failure::usage(format!(
+                return Err(Error::invalid(format!(
                     "--rename {p:?}: {to:?} is not a valid table name (3-63 letters and digits, starting with a letter)"
                 )));
             }
@@ -32,7 +32,7 @@ pub fn select(
     manifest: &Manifest,
     tables: Option<&[String]>,
     renames: &[(String, String)],
-) -> CmdResult<Vec<(String, String)>> {
+) -> Result<Vec<(String, String)>> {
     let in_backup = |name: &str| {
         manifest
             .tables
@@ -46,7 +46,7 @@ pub fn select(
             let mut out = Vec::new();
             for n in names {
                 let t = in_backup(n).ok_or_else(|| {
-                    Failure::usage(format!(
+                    Error::invalid(format!(
                         "table {n:?} is not in backup {} (it has: {})",
                         manifest.backup_id,
                         manifest
@@ -68,7 +68,7 @@ pub fn select(
         match in_backup(from) {
             Some(t) if chosen.contains(&t) => {}
             _ => {
-                return Err(Failure::usage(format!(
+                return Err(Error::invalid(format!(
                     "--rename {from}=…: {from:?} is not among the tables being restored"
                 )));
             }
@@ -88,7 +88,7 @@ pub fn select(
     pairs.sort();
     for (i, (_, t)) in pairs.iter().enumerate() {
         if pairs[..i].iter().any(|(_, o)| o.eq_ignore_ascii_case(t)) {
-            return Err(Failure::usage(format!(
+            return Err(Error::invalid(format!(
                 "two tables would be restored into {t:?}"
             )));
         }
@@ -99,8 +99,8 @@ pub fn select(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tablevault_common::format::Compression;
-    use tablevault_common::job::{AccountRef, ManifestTable};
+    use tablevault_core::format::Compression;
+    use tablevault_core::protocol::{AccountRef, ManifestTable};
 
     fn manifest(names: &[&str]) -> Manifest {
         Manifest {

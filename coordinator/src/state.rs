@@ -1,92 +1,113 @@
-//! A backup's state, read from its blobs: the plan, the commit records of finished tasks,
-//! the poison records of abandoned ones, and whether the committed ranges tile every
-//! table's key space. The coordinator holds nothing else, so any coordinator can pick a
-//! job up where another left it.
+//! A job's state, read from its store: the plan, the records of finished tasks and of
+//! poisoned ones. Backups and restores share the model ([`Records`]); they differ in what
+//! a finished task leaves (a commit record, a restore record) and in when the job is done
+//! (every table tiled; every task accounted for). The coordinator holds nothing else, so
+//! any coordinator can pick a job up where another left it.
 
 use std::collections::HashMap;
 
-use futures::StreamExt;
-use tablevault_common::blob::{BlobClient, ListOptions};
-use tablevault_common::job::{BackupJob, BackupPaths, CommitRecord, Manifest, PoisonRecord};
+use serde::de::DeserializeOwned;
+use tablevault_core::keys::{KeyRange, find_tiling};
+use tablevault_core::protocol::{
+    BackupJob, CommitRecord, Manifest, PoisonRecord, RestoreJob, RestoreRecord, is_valid_backup_id,
+};
+use tablevault_core::store::{BackupPaths, RecordKey, Store};
 
-use tablevault_common::keys::{KeyRange, find_tiling};
+use crate::{Error, Result};
 
-use crate::exit::{CmdResult, Failure};
-
-/// Loads a backup's `job.json`.
-pub async fn load_job(blobs: &BlobClient, id: &str) -> CmdResult<BackupJob> {
-    if !tablevault_common::job::is_valid_backup_id(id) {
-        return Err(Failure::usage(format!("{id:?} is not a backup id")));
+/// Loads a backup's plan; an id that is malformed or unknown is an invalid request.
+pub async fn load_job(store: &Store, id: &str) -> Result<BackupJob> {
+    if !is_valid_backup_id(id) {
+        return Err(Error::invalid(format!("{id:?} is not a backup id")));
     }
-    let paths = BackupPaths::new(id);
-    let bytes = blobs.get_if_exists(&paths.job()).await?.ok_or_else(|| {
-        Failure::usage(format!(
+    store.backup_job(id).await?.ok_or_else(|| {
+        Error::invalid(format!(
             "backup {id} not found in container {:?} (see `tablevault list`)",
-            blobs.container()
+            store.container()
         ))
-    })?;
-    serde_json::from_slice(&bytes)
-        .map_err(|e| Failure::failed(format!("job.json of backup {id} is unreadable: {e}")))
+    })
 }
 
-/// Loads a backup's manifest, if it has one (that is, if it is complete).
-pub async fn load_manifest(blobs: &BlobClient, id: &str) -> CmdResult<Option<Manifest>> {
-    let Some(bytes) = blobs
-        .get_if_exists(&BackupPaths::new(id).manifest())
-        .await?
-    else {
-        return Ok(None);
-    };
-    serde_json::from_slice(&bytes)
-        .map(Some)
-        .map_err(|e| Failure::failed(format!("manifest of backup {id} is unreadable: {e}")))
+/// The records tasks of one job left: what finished, what was given up.
+#[derive(Debug)]
+pub struct Records<D> {
+    /// Where finished tasks' records live.
+    done_root: String,
+    /// Where poison records live.
+    poison_root: String,
+    /// Records of finished tasks, by (table, task).
+    pub done: HashMap<RecordKey, D>,
+    /// Poison records, by (table, task); a task that later finished is not poisoned.
+    pub poisoned: HashMap<RecordKey, PoisonRecord>,
+}
+
+impl<D: DeserializeOwned> Records<D> {
+    /// Records under two prefixes, none read yet.
+    pub fn new(done_root: String, poison_root: String) -> Self {
+        Records {
+            done_root,
+            poison_root,
+            done: HashMap::new(),
+            poisoned: HashMap::new(),
+        }
+    }
+
+    /// Reads the records that appeared since the last refresh.
+    pub async fn refresh(&mut self, store: &Store) -> Result<()> {
+        let done = store
+            .load_new_records(&self.done_root, |k| self.done.contains_key(k))
+            .await?;
+        self.done.extend(done);
+        let poisoned = store
+            .load_new_records(&self.poison_root, |k| self.poisoned.contains_key(k))
+            .await?;
+        self.poisoned.extend(poisoned);
+        // A task poisoned and later finished (after a retry) is not poisoned.
+        self.poisoned.retain(|k, _| !self.done.contains_key(k));
+        Ok(())
+    }
 }
 
 /// What is known about a running or finished backup.
 pub struct JobState {
     /// The plan.
     pub job: BackupJob,
-    blobs: BlobClient,
-    paths: BackupPaths,
-    /// Commit records by (table, task).
-    pub commits: HashMap<(String, String), CommitRecord>,
-    /// Poison records by (table, task).
-    pub poisoned: HashMap<(String, String), PoisonRecord>,
+    /// Commit and poison records.
+    pub records: Records<CommitRecord>,
 }
 
 impl JobState {
     /// State with nothing loaded yet.
-    pub fn new(blobs: BlobClient, job: BackupJob) -> Self {
+    pub fn new(job: BackupJob) -> Self {
+        let paths = BackupPaths::new(&job.backup_id);
         JobState {
-            paths: BackupPaths::new(&job.backup_id),
+            records: Records::new(paths.commits_root(), paths.poison_root()),
             job,
-            blobs,
-            commits: HashMap::new(),
-            poisoned: HashMap::new(),
         }
     }
 
-    /// Reads commit and poison records that appeared since the last refresh.
-    pub async fn refresh(&mut self) -> CmdResult<()> {
-        let commits = load_new_records(&self.blobs, &self.paths.commits_root(), |k| {
-            self.commits.contains_key(k)
-        })
-        .await?;
-        self.commits.extend(commits);
-        let poisoned = load_new_records(&self.blobs, &self.paths.poison_root(), |k| {
-            self.poisoned.contains_key(k)
-        })
-        .await?;
-        self.poisoned.extend(poisoned);
-        // A task poisoned and later committed (after a retry) is not poisoned.
-        self.poisoned.retain(|k, _| !self.commits.contains_key(k));
-        Ok(())
+    /// Commit records by (table, task).
+    pub fn commits(&self) -> &HashMap<RecordKey, CommitRecord> {
+        &self.records.done
+    }
+
+    /// Poison records by (table, task).
+    pub fn poisoned(&self) -> &HashMap<RecordKey, PoisonRecord> {
+        &self.records.poisoned
+    }
+
+    /// Reads the records that appeared since the last refresh.
+    pub async fn refresh(&mut self, store: &Store) -> Result<()> {
+        self.records.refresh(store).await
     }
 
     /// The commit records whose ranges tile a table, in key order, if they do.
     pub fn tiling(&self, table: &str) -> Option<Vec<&CommitRecord>> {
-        let candidates: Vec<&CommitRecord> =
-            self.commits.values().filter(|c| c.table == table).collect();
+        let candidates: Vec<&CommitRecord> = self
+            .commits()
+            .values()
+            .filter(|c| c.table == table)
+            .collect();
         let ranges: Vec<&KeyRange> = candidates.iter().map(|c| &c.range).collect();
         let chain = find_tiling(&ranges)?;
         Some(chain.into_iter().map(|i| candidates[i]).collect())
@@ -101,12 +122,12 @@ impl JobState {
     }
 
     /// Planned tasks that are neither committed nor poisoned.
-    pub fn outstanding(&self) -> Vec<(String, String)> {
+    pub fn outstanding(&self) -> Vec<RecordKey> {
         let mut out = Vec::new();
         for t in &self.job.tables {
             for task in &t.tasks {
                 let key = (t.name.clone(), task.task.clone());
-                if !self.commits.contains_key(&key) && !self.poisoned.contains_key(&key) {
+                if !self.commits().contains_key(&key) && !self.poisoned().contains_key(&key) {
                     out.push(key);
                 }
             }
@@ -116,75 +137,59 @@ impl JobState {
 
     /// Entities in committed tasks.
     pub fn committed_entities(&self) -> u64 {
-        self.commits.values().map(|c| c.entities).sum()
+        self.commits().values().map(|c| c.entities).sum()
     }
 
     /// Stored bytes of committed tasks.
     pub fn committed_bytes(&self) -> u64 {
-        self.commits.values().map(|c| c.stored_bytes).sum()
+        self.commits().values().map(|c| c.stored_bytes).sum()
     }
 }
 
-/// `(table, task)`: where a record belongs.
-pub type RecordKey = (String, String);
-
-/// Reads the JSON records `<prefix><table>/<task>.json` that `known` does not have yet,
-/// keyed by `(table, task)`: commit and poison records of a backup, done and poison
-/// records of a restore. Records are only ever added, so each is read once.
-pub async fn load_new_records<T: serde::de::DeserializeOwned>(
-    blobs: &BlobClient,
-    prefix: &str,
-    known: impl Fn(&RecordKey) -> bool,
-) -> CmdResult<Vec<(RecordKey, T)>> {
-    let listing = blobs
-        .list_all(&ListOptions {
-            prefix: Some(prefix),
-            ..Default::default()
-        })
-        .await?;
-    let new: Vec<(RecordKey, String)> = listing
-        .blobs
-        .into_iter()
-        .filter_map(|b| parse_record_name(&b.name, prefix).map(|k| (k, b.name)))
-        .filter(|(k, _)| !known(k))
-        .collect();
-    let loaded: Vec<CmdResult<Option<(RecordKey, T)>>> = futures::stream::iter(new)
-        .map(|(key, name)| async move {
-            let Some(bytes) = blobs.get_if_exists(&name).await? else {
-                return Ok(None); // deleted since the listing (a retried poison record)
-            };
-            serde_json::from_slice::<T>(&bytes)
-                .map(|r| Some((key, r)))
-                .map_err(|e| Failure::failed(format!("record {name} is unreadable: {e}")))
-        })
-        .buffer_unordered(16)
-        .collect()
-        .await;
-    loaded.into_iter().filter_map(Result::transpose).collect()
+/// What is known about a running or finished restore.
+pub struct RestoreState {
+    /// The restore's plan.
+    pub job: RestoreJob,
+    /// Done and poison records.
+    pub records: Records<RestoreRecord>,
 }
 
-/// `(table, task)` from `<prefix><table>/<task>.json`.
-fn parse_record_name(name: &str, prefix: &str) -> Option<(String, String)> {
-    let rest = name.strip_prefix(prefix)?;
-    let (table, file) = rest.split_once('/')?;
-    let task = file.strip_suffix(".json")?;
-    Some((table.to_string(), task.to_string()))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn record_names() {
-        assert_eq!(
-            parse_record_name("b1/tasks/Orders/r0001.json", "b1/tasks/"),
-            Some(("Orders".into(), "r0001".into()))
-        );
-        assert_eq!(parse_record_name("b1/tasks/Orders/x", "b1/tasks/"), None);
-        assert_eq!(
-            parse_record_name("b2/tasks/Orders/r.json", "b1/tasks/"),
-            None
-        );
+impl RestoreState {
+    /// State with nothing loaded yet.
+    pub fn new(job: RestoreJob) -> Self {
+        let paths = BackupPaths::new(&job.backup_id);
+        RestoreState {
+            records: Records::new(
+                paths.restore_done_root(&job.restore_id),
+                paths.restore_poison_root(&job.restore_id),
+            ),
+            job,
+        }
     }
+
+    /// Tasks planned.
+    pub fn task_count(&self) -> u64 {
+        self.job.tables.iter().map(|t| t.tasks).sum()
+    }
+
+    /// Entities written by finished tasks.
+    pub fn written(&self) -> u64 {
+        self.records.done.values().map(|r| r.written).sum()
+    }
+
+    /// Whether every task finished or was poisoned.
+    pub fn is_settled(&self) -> bool {
+        (self.records.done.len() + self.records.poisoned.len()) as u64 >= self.task_count()
+    }
+
+    /// Whether everything was written: no poisoned task, no failed batch.
+    pub fn is_clean(&self) -> bool {
+        self.records.poisoned.is_empty()
+            && self.records.done.values().all(|r| r.failures.is_empty())
+    }
+}
+
+/// A backup's manifest, if it has one (that is, if it is complete).
+pub async fn load_manifest(store: &Store, id: &str) -> Result<Option<Manifest>> {
+    Ok(store.manifest(id).await?)
 }

@@ -11,15 +11,13 @@ use std::time::Instant;
 
 use futures::{Stream, StreamExt};
 use serde::Serialize;
-use tablevault_common::StorageAccount;
-use tablevault_common::blob::BlobClient;
-use tablevault_common::format::{DecodedBlock, FORMAT_VERSION};
-use tablevault_common::job::{BlockRecord, Manifest};
-use tablevault_common::keys::EntityKey;
-use tablevault_common::table::{Entity, EntityPage, Query, TableClient};
-use tablevault_worker::reader::{ReadError, load_commit, read_block};
+use tablevault_azure::StorageAccount;
+use tablevault_azure::table::{Entity, EntityPage, Query, TableClient};
+use tablevault_core::format::FORMAT_VERSION;
+use tablevault_core::keys::EntityKey;
+use tablevault_core::store::Store;
 
-use crate::exit::{CmdResult, Failure};
+use crate::{Error, Result};
 
 /// Most differences listed in a report (all are counted).
 const MAX_LISTED: usize = 100;
@@ -37,6 +35,55 @@ pub struct VerifyRequest {
     pub against: Option<StorageAccount>,
 }
 
+/// How a live entity differs from the backup.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DifferenceKind {
+    /// In the backup, not in the table.
+    Missing,
+    /// In the table, not in the backup.
+    Extra,
+    /// In both, with different data.
+    Different,
+}
+
+impl DifferenceKind {
+    /// The name used in reports.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DifferenceKind::Missing => "missing",
+            DifferenceKind::Extra => "extra",
+            DifferenceKind::Different => "different",
+        }
+    }
+}
+
+impl PartialEq<&str> for DifferenceKind {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
+    }
+}
+
+/// Whether a backup checked out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum VerifyStatus {
+    /// Every check passed and nothing differs.
+    Ok,
+    /// Something is damaged or differs.
+    Mismatch,
+}
+
+impl PartialEq<&str> for VerifyStatus {
+    fn eq(&self, other: &&str) -> bool {
+        let name = match self {
+            VerifyStatus::Ok => "ok",
+            VerifyStatus::Mismatch => "mismatch",
+        };
+        name == *other
+    }
+}
+
 /// One difference between the backup and a live table.
 #[derive(Debug, Clone, Serialize)]
 pub struct Difference {
@@ -44,9 +91,8 @@ pub struct Difference {
     pub table: String,
     /// The entity.
     pub key: EntityKey,
-    /// `missing` (in the backup, not in the table), `extra` (in the table, not in the
-    /// backup) or `different`.
-    pub kind: &'static str,
+    /// What differs.
+    pub kind: DifferenceKind,
     /// For `different`: the properties that differ.
     pub properties: Vec<String>,
 }
@@ -79,8 +125,8 @@ pub struct VerifyTableReport {
 pub struct VerifyReport {
     /// Backup id.
     pub backup_id: String,
-    /// `ok` or `mismatch`.
-    pub status: String,
+    /// Whether everything checked out.
+    pub status: VerifyStatus,
     /// Per table.
     pub tables: Vec<VerifyTableReport>,
     /// Everything wrong with the backup itself.
@@ -91,76 +137,35 @@ pub struct VerifyReport {
     pub duration_seconds: f64,
 }
 
-impl VerifyReport {
-    /// Prints the human summary.
-    pub fn print_human(&self) {
-        println!(
-            "verify backup {}: {}",
-            self.backup_id,
-            if self.status == "ok" {
-                "OK"
-            } else {
-                "MISMATCH"
-            }
-        );
-        for t in &self.tables {
-            print!(
-                "  {}: {} of {} entities read from {} blocks ({} bad)",
-                t.table, t.entities_read, t.entities_expected, t.blocks, t.bad_blocks
-            );
-            match &t.live_table {
-                Some(live) => println!(
-                    "; against {live}: {} missing, {} extra, {} different",
-                    t.missing_in_live, t.extra_in_live, t.different
-                ),
-                None => println!(),
-            }
-        }
-        for p in self.problems.iter().take(20) {
-            println!("  PROBLEM: {p}");
-        }
-        for d in self.differences.iter().take(20) {
-            println!(
-                "  {} {} in {}{}",
-                d.kind.to_uppercase(),
-                d.key,
-                d.table,
-                if d.properties.is_empty() {
-                    String::new()
-                } else {
-                    format!(": {}", d.properties.join(", "))
-                }
-            );
-        }
-    }
-}
-
-type PageStream<'a> =
-    Pin<Box<dyn Stream<Item = tablevault_common::Result<EntityPage>> + Send + 'a>>;
+type PageStream = Pin<Box<dyn Stream<Item = tablevault_azure::Result<EntityPage>> + Send>>;
 
 /// The live table, one entity at a time in key order.
-struct LiveCursor<'a> {
-    pages: PageStream<'a>,
+struct LiveCursor {
+    pages: PageStream,
     buffer: VecDeque<Entity>,
     done: bool,
 }
 
-impl<'a> LiveCursor<'a> {
-    fn new(client: &'a TableClient, table: &'a str) -> Self {
+impl LiveCursor {
+    fn new(client: &TableClient, table: &str) -> Self {
         LiveCursor {
-            pages: Box::pin(client.query(
-                table,
-                Query {
-                    filter: None,
-                    top: Some(1000),
-                },
-            )),
+            pages: Box::pin(
+                client
+                    .pages(
+                        table,
+                        Query {
+                            filter: None,
+                            top: Some(1000),
+                        },
+                    )
+                    .into_stream(),
+            ),
             buffer: VecDeque::new(),
             done: false,
         }
     }
 
-    async fn peek(&mut self) -> CmdResult<Option<&Entity>> {
+    async fn peek(&mut self) -> Result<Option<&Entity>> {
         while self.buffer.is_empty() && !self.done {
             match self.pages.next().await {
                 Some(page) => self.buffer.extend(page?.entities),
@@ -189,16 +194,16 @@ struct Diff<'a> {
 }
 
 impl Diff<'_> {
-    fn record(&mut self, key: EntityKey, kind: &'static str, properties: Vec<String>) {
+    fn record(&mut self, key: EntityKey, kind: DifferenceKind, properties: Vec<String>) {
         match kind {
-            "missing" => self.report.missing_in_live += 1,
-            "extra" => {
+            DifferenceKind::Missing => self.report.missing_in_live += 1,
+            DifferenceKind::Extra => {
                 if self.unknown.iter().any(|(a, b)| &key >= a && &key <= b) {
                     return;
                 }
                 self.report.extra_in_live += 1;
             }
-            _ => self.report.different += 1,
+            DifferenceKind::Different => self.report.different += 1,
         }
         if self.listed.len() < MAX_LISTED {
             self.listed.push(Difference {
@@ -211,46 +216,37 @@ impl Diff<'_> {
     }
 
     /// Compares one backed-up entity with the live cursor.
-    async fn compare(&mut self, live: &mut LiveCursor<'_>, backed_up: &Entity) -> CmdResult<()> {
+    async fn compare(&mut self, live: &mut LiveCursor, backed_up: &Entity) -> Result<()> {
         let k = key(backed_up);
         loop {
             let Some(current) = live.peek().await? else {
-                self.record(k, "missing", Vec::new());
+                self.record(k, DifferenceKind::Missing, Vec::new());
                 return Ok(());
             };
             let ck = key(current);
             if ck < k {
                 let extra = live.advance().expect("peeked");
-                self.record(key(&extra), "extra", Vec::new());
+                self.record(key(&extra), DifferenceKind::Extra, Vec::new());
                 continue;
             }
             if ck > k {
-                self.record(k, "missing", Vec::new());
+                self.record(k, DifferenceKind::Missing, Vec::new());
                 return Ok(());
             }
             let current = live.advance().expect("peeked");
             let diff = backed_up.differences(&current);
             if !diff.is_empty() {
-                self.record(k, "different", diff);
+                self.record(k, DifferenceKind::Different, diff);
             }
             return Ok(());
         }
     }
 }
 
-async fn read(
-    blobs: &BlobClient,
-    blob: &str,
-    block: &BlockRecord,
-    m: &Manifest,
-) -> Result<DecodedBlock, ReadError> {
-    read_block(blobs, blob, block, m.compression).await
-}
-
 /// Verifies a backup (and compares it with live tables when asked).
-pub async fn verify(blobs: &BlobClient, req: &VerifyRequest) -> CmdResult<VerifyReport> {
+pub async fn verify(store: &Store, req: &VerifyRequest) -> Result<VerifyReport> {
     let started = Instant::now();
-    let manifest = crate::restore::load_complete_manifest(blobs, &req.backup_id).await?;
+    let manifest = crate::restore::load_complete_manifest(store, &req.backup_id).await?;
     let pairs = crate::selection::select(&manifest, req.tables.as_deref(), &req.renames)?;
     let live_client = match &req.against {
         Some(a) => Some(TableClient::new(a)?),
@@ -274,7 +270,7 @@ pub async fn verify(blobs: &BlobClient, req: &VerifyRequest) -> CmdResult<Verify
         if let Some(client) = &live_client
             && !client.table_exists(live_table).await?
         {
-            return Err(Failure::usage(format!(
+            return Err(Error::invalid(format!(
                 "table {live_table} does not exist in the account to compare against"
             )));
         }
@@ -286,7 +282,7 @@ pub async fn verify(blobs: &BlobClient, req: &VerifyRequest) -> CmdResult<Verify
             unknown: Vec::new(),
         };
         for range in &mt.ranges {
-            let commit = match load_commit(blobs, &range.commit).await {
+            let commit = match store.commit_record(&range.commit).await {
                 Ok(c) => c,
                 Err(e) => {
                     problems.push(format!("{source}/{}: commit record: {e}", range.task));
@@ -304,7 +300,7 @@ pub async fn verify(blobs: &BlobClient, req: &VerifyRequest) -> CmdResult<Verify
             }
             let mut range_entities = 0u64;
             for blob in &commit.blobs {
-                match blobs.properties(&blob.name).await? {
+                match store.blobs().properties(&blob.name).await? {
                     None => problems.push(format!("{}: data blob is missing", blob.name)),
                     Some(p) => {
                         if p.content_length != blob.length {
@@ -331,13 +327,15 @@ pub async fn verify(blobs: &BlobClient, req: &VerifyRequest) -> CmdResult<Verify
                         }
                     }
                 }
-                let manifest = &manifest;
-                let mut decoded =
-                    futures::stream::iter(&blob.blocks)
-                        .map(|block| async move {
-                            (block, read(blobs, &blob.name, block, manifest).await)
-                        })
-                        .buffered(4);
+                let compression = manifest.compression;
+                let mut decoded = futures::stream::iter(&blob.blocks)
+                    .map(|block| async move {
+                        (
+                            block,
+                            store.read_block(&blob.name, block, compression).await,
+                        )
+                    })
+                    .buffered(4);
                 while let Some((block, result)) = decoded.next().await {
                     diff.report.blocks += 1;
                     match result {
@@ -379,7 +377,7 @@ pub async fn verify(blobs: &BlobClient, req: &VerifyRequest) -> CmdResult<Verify
         if let Some(l) = live.as_mut() {
             while l.peek().await?.is_some() {
                 let extra = l.advance().expect("peeked");
-                diff.record(key(&extra), "extra", Vec::new());
+                diff.record(key(&extra), DifferenceKind::Extra, Vec::new());
             }
         }
         if report.entities_read != report.entities_expected && report.bad_blocks == 0 {
@@ -396,7 +394,11 @@ pub async fn verify(blobs: &BlobClient, req: &VerifyRequest) -> CmdResult<Verify
         });
     Ok(VerifyReport {
         backup_id: req.backup_id.clone(),
-        status: if mismatch { "mismatch" } else { "ok" }.to_string(),
+        status: if mismatch {
+            VerifyStatus::Mismatch
+        } else {
+            VerifyStatus::Ok
+        },
         tables,
         problems,
         differences,

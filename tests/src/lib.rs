@@ -4,9 +4,9 @@
 
 pub mod mock_server;
 
-use tablevault_common::StorageAccount;
-use tablevault_common::emulator::Azurite;
-use tablevault_common::table::{BatchOperation, EdmValue, Entity, Query, TableClient};
+use tablevault_azure::StorageAccount;
+use tablevault_azure::table::{BatchOperation, EdmValue, Entity, Query, TableClient};
+use tablevault_dev::emulator::Azurite;
 
 /// A running emulator owned by one test. Dropping it stops the emulator.
 pub struct TestEnv {
@@ -46,19 +46,17 @@ pub fn unique_lower(prefix: &str) -> String {
 
 /// Every entity of a table, in key order.
 pub async fn scan_all(client: &TableClient, table: &str) -> Vec<Entity> {
-    use futures::TryStreamExt;
-    let pages: Vec<_> = client
-        .query(
+    client
+        .pages(
             table,
             Query {
                 filter: None,
                 top: Some(1000),
             },
         )
-        .try_collect()
+        .collect_entities()
         .await
-        .unwrap_or_else(|e| panic!("scanning {table}: {e}"));
-    pages.into_iter().flat_map(|p| p.entities).collect()
+        .unwrap_or_else(|e| panic!("scanning {table}: {e}"))
 }
 
 /// Keys that break naive clients: quotes, percent signs, spaces, non-ASCII, characters

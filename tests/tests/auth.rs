@@ -2,12 +2,12 @@
 //! account SAS (generated here the way the portal does) for all three services.
 
 use bytes::Bytes;
-use tablevault_common::ClientOptions;
-use tablevault_common::auth::{SharedKeyCredential, TableAuthScheme};
-use tablevault_common::blob::BlobClient;
-use tablevault_common::config::{EMULATOR_ACCOUNT, EMULATOR_KEY, StorageAccount};
-use tablevault_common::queue::{MessageTtl, QueueClient};
-use tablevault_common::table::{EdmValue, Entity, TableClient};
+use tablevault_azure::ClientOptions;
+use tablevault_azure::blob::BlobClient;
+use tablevault_azure::config::{EMULATOR_ACCOUNT, EMULATOR_KEY, StorageAccount};
+use tablevault_azure::credential::{SharedKeyCredential, TableAuthScheme};
+use tablevault_azure::queue::{MessageTtl, QueueClient};
+use tablevault_azure::table::{EdmValue, Entity, TableClient};
 use tablevault_tests::{TestEnv, unique_lower, unique_table};
 
 #[tokio::test]
@@ -117,7 +117,7 @@ async fn a_wrong_key_is_a_final_403() {
     let wrong =
         env.account
             .clone()
-            .with_credential(tablevault_common::auth::Credential::SharedKey(
+            .with_credential(tablevault_azure::credential::Credential::SharedKey(
                 SharedKeyCredential::from_base64(EMULATOR_ACCOUNT, "d3JvbmdrZXk=").unwrap(),
             ));
     let err = TableClient::new(&wrong)

@@ -7,33 +7,36 @@ mod support;
 use std::sync::Arc;
 use std::time::Duration;
 
-use support::{backup_of, target, watch_opts, worker_config};
-use tablevault_common::blob::{BlobClient, ListOptions};
-use tablevault_common::format::Compression;
-use tablevault_common::job::{BackupPaths, Manifest, TaskKind, TaskMessage, poison_queue_name};
-use tablevault_common::keys::EntityKey;
-use tablevault_common::queue::{MessageTtl, QueueClient};
-use tablevault_common::table::{Entity, TableClient};
-use tablevault_coordinator::backup::{BackupRequest, enqueue, plan, run_backup, status, watch};
+use support::{backup_of, blob_client, store, target, watch_opts, worker_config};
+use tablevault_azure::blob::ListOptions;
+use tablevault_azure::queue::{MessageTtl, QueueClient};
+use tablevault_azure::table::{Entity, TableClient};
+use tablevault_coordinator::backup::{
+    BackupRequest, StatusOptions, enqueue, plan, run_backup, status, watch,
+};
 use tablevault_coordinator::state::load_manifest;
+use tablevault_core::format::Compression;
+use tablevault_core::keys::EntityKey;
+use tablevault_core::protocol::{Manifest, TaskKind, TaskMessage, poison_queue_name};
+use tablevault_core::store::{BackupPaths, Store};
 use tablevault_tests::{
     AWKWARD_KEYS, TestEnv, load_edge_table, load_numbered, scan_all, unique_table,
 };
-use tablevault_worker::backup::{BackupAttempt, BackupOutcome};
-use tablevault_worker::reader::{load_commit, read_block};
+use tablevault_worker::attempt::backup::{BackupAttempt, BackupOutcome};
 use tablevault_worker::{Worker, WorkerStats};
 use tokio_util::sync::CancellationToken;
 
 /// Every entity of a complete backup, in manifest order, read block by block.
-async fn read_backup(blobs: &BlobClient, manifest: &Manifest, table: &str) -> Vec<Entity> {
+async fn read_backup(blobs: &Store, manifest: &Manifest, table: &str) -> Vec<Entity> {
     let t = manifest.tables.iter().find(|t| t.name == table).unwrap();
     let mut out = Vec::new();
     for r in &t.ranges {
-        let commit = load_commit(blobs, &r.commit).await.unwrap();
+        let commit = blobs.commit_record(&r.commit).await.unwrap();
         assert_eq!(commit.range, r.range);
         for b in &commit.blobs {
             for block in &b.blocks {
-                let decoded = read_block(blobs, &b.name, block, manifest.compression)
+                let decoded = blobs
+                    .read_block(&b.name, block, manifest.compression)
                     .await
                     .unwrap();
                 assert_eq!(decoded.table, table);
@@ -74,12 +77,12 @@ async fn every_type_and_awkward_key_round_trips_exactly() {
         req.compression = compression;
         req.block_bytes = 64 * 1024;
         req.blocks_per_blob = 2;
-        let report = run_backup(&req, &t, watch_opts(2, &env.account))
+        let report = run_backup(&req, &t, &watch_opts(2, &env.account))
             .await
             .unwrap();
         assert_eq!(report.status, "complete", "{compression}");
         assert_eq!(report.entities, source.len() as u64);
-        let blobs = t.blobs().unwrap();
+        let blobs = store(&t);
         let manifest = load_manifest(&blobs, &report.backup_id)
             .await
             .unwrap()
@@ -108,14 +111,14 @@ async fn thousands_of_entities_with_split_keys_and_with_discovery() {
     let t = target(&env.account);
     let mut req = backup_of(&env.account, &table);
     req.split_keys = vec!["p003".into(), "p007x".into(), "p010".into(), "zzz".into()];
-    let report = run_backup(&req, &t, watch_opts(3, &env.account))
+    let report = run_backup(&req, &t, &watch_opts(3, &env.account))
         .await
         .unwrap();
     assert_eq!(
         (report.status.as_str(), report.entities),
         ("complete", 3000)
     );
-    let blobs = t.blobs().unwrap();
+    let blobs = store(&t);
     let manifest = load_manifest(&blobs, &report.backup_id)
         .await
         .unwrap()
@@ -133,14 +136,14 @@ async fn thousands_of_entities_with_split_keys_and_with_discovery() {
     let t = target(&env.account);
     let mut req = backup_of(&env.account, &table);
     req.ranges_per_table = 8;
-    let report = run_backup(&req, &t, watch_opts(4, &env.account))
+    let report = run_backup(&req, &t, &watch_opts(4, &env.account))
         .await
         .unwrap();
     assert_eq!(
         (report.status.as_str(), report.entities),
         ("complete", 3000)
     );
-    let blobs = t.blobs().unwrap();
+    let blobs = store(&t);
     let manifest = load_manifest(&blobs, &report.backup_id)
         .await
         .unwrap()
@@ -175,7 +178,7 @@ async fn all_tables_are_backed_up_when_none_are_named() {
     let report = run_backup(
         &BackupRequest::new(env.account.clone()),
         &t,
-        watch_opts(2, &env.account),
+        &watch_opts(2, &env.account),
     )
     .await
     .unwrap();
@@ -191,18 +194,11 @@ async fn all_tables_are_backed_up_when_none_are_named() {
     assert_eq!(names, expected);
 }
 
-async fn data_blobs(blobs: &BlobClient, id: &str) -> Vec<String> {
+async fn data_blobs(blobs: &Store, id: &str) -> Vec<String> {
     blobs
-        .list_all(&ListOptions {
-            prefix: Some(&BackupPaths::new(id).data_root()),
-            ..Default::default()
-        })
+        .list_names(&BackupPaths::new(id).data_root())
         .await
         .unwrap()
-        .blobs
-        .into_iter()
-        .map(|b| b.name)
-        .collect()
 }
 
 #[tokio::test]
@@ -220,7 +216,7 @@ async fn a_killed_worker_is_redone_with_no_duplicate_and_no_loss() {
     let job = plan(&req, &t).await.unwrap();
     assert_eq!(job.task_count(), 1);
     enqueue(&t, &job, None).await.unwrap();
-    let blobs = t.blobs().unwrap();
+    let blobs = store(&t);
 
     // Worker A starts, writes some blobs, and dies without a word.
     let stats = Arc::new(WorkerStats::default());
@@ -241,11 +237,10 @@ async fn a_killed_worker_is_redone_with_no_duplicate_and_no_loss() {
     let dead_attempt_blobs = data_blobs(&blobs, &job.backup_id).await;
     assert!(!dead_attempt_blobs.is_empty());
     assert!(
-        blobs
-            .properties(&BackupPaths::new(&job.backup_id).commit(&table, "r0000"))
+        !blobs
+            .exists(&BackupPaths::new(&job.backup_id).commit(&table, "r0000"))
             .await
             .unwrap()
-            .is_none()
     );
 
     // The coordinator (with a fresh in-process worker) sees the task redone once.
@@ -278,11 +273,11 @@ async fn two_attempts_racing_on_one_task_commit_once() {
     let mut req = backup_of(&env.account, &table);
     req.ranges_per_table = 1;
     let job = plan(&req, &t).await.unwrap();
-    let blobs = t.blobs().unwrap();
+    let blobs = store(&t);
     let task = &job.tables[0].tasks[0];
     let stats = WorkerStats::default();
     let attempt = || BackupAttempt {
-        blobs: &blobs,
+        store: &blobs,
         job: &job,
         source: &client,
         table: &table,
@@ -312,12 +307,10 @@ async fn two_attempts_racing_on_one_task_commit_once() {
         1
     );
     // Only the winner's blobs remain, and the commit record points at them.
-    let commit = load_commit(
-        &blobs,
-        &BackupPaths::new(&job.backup_id).commit(&table, &task.task),
-    )
-    .await
-    .unwrap();
+    let commit = blobs
+        .commit_record(&BackupPaths::new(&job.backup_id).commit(&table, &task.task))
+        .await
+        .unwrap();
     let remaining = data_blobs(&blobs, &job.backup_id).await;
     assert!(!remaining.is_empty());
     assert!(
@@ -349,7 +342,7 @@ async fn a_poisoned_task_leaves_the_backup_incomplete_until_retried() {
         "{}",
         report.poisoned[0].reason
     );
-    let blobs = t.blobs().unwrap();
+    let blobs = store(&t);
     assert!(
         load_manifest(&blobs, &job.backup_id)
             .await
@@ -363,7 +356,11 @@ async fn a_poisoned_task_leaves_the_backup_incomplete_until_retried() {
 
     // Fix the cause, retry the poisoned tasks, and the backup completes.
     load_numbered(&client, &table, 2, 50).await;
-    let report = status(&t, &job.backup_id, true, true, &watch_opts(2, &env.account))
+    let what = StatusOptions {
+        wait: true,
+        retry_poisoned: true,
+    };
+    let report = status(&t, &job.backup_id, what, &watch_opts(2, &env.account))
         .await
         .unwrap();
     assert_eq!((report.status.as_str(), report.entities), ("complete", 100));
@@ -382,7 +379,7 @@ async fn a_task_delivered_too_often_is_poisoned_with_its_history() {
     req.blocks_per_blob = 1;
     let job = plan(&req, &t).await.unwrap();
     enqueue(&t, &job, None).await.unwrap();
-    let blobs = t.blobs().unwrap();
+    let blobs = store(&t);
     // Two workers die mid-task, one after the other.
     for _ in 0..2 {
         let stats = Arc::new(WorkerStats::default());
@@ -420,7 +417,7 @@ async fn a_task_delivered_too_often_is_poisoned_with_its_history() {
 async fn malformed_foreign_and_stale_messages_lose_nothing() {
     let env = TestEnv::start().await;
     let t = target(&env.account);
-    let queue = t.queue().unwrap();
+    let queue = QueueClient::new(&env.account, &t.queue).unwrap();
     queue.create().await.unwrap();
     queue
         .put_message("this is not a task", None, MessageTtl::Never)
@@ -440,7 +437,7 @@ async fn malformed_foreign_and_stale_messages_lose_nothing() {
         .put_message(&stale.encode(), None, MessageTtl::Never)
         .await
         .unwrap();
-    t.blobs().unwrap().create_container().await.unwrap();
+    store(&t).create_container().await.unwrap();
 
     let stats = Arc::new(WorkerStats::default());
     let w = Worker::new(
@@ -481,12 +478,12 @@ async fn a_restarted_coordinator_finishes_the_job() {
     opts.shutdown = stop.clone();
     let first = {
         let (req, t) = (req.clone(), t.clone());
-        tokio::spawn(async move { run_backup(&req, &t, opts).await })
+        tokio::spawn(async move { run_backup(&req, &t, &opts).await })
     };
     // Let it commit a few tasks, then kill the coordinator (and its workers).
-    let blobs = t.blobs().unwrap();
+    let blobs = store(&t);
     let id = loop {
-        let listing = blobs
+        let listing = blob_client(&t)
             .list_all(&ListOptions {
                 delimiter: Some("/"),
                 ..Default::default()
@@ -497,13 +494,10 @@ async fn a_restarted_coordinator_finishes_the_job() {
         {
             let id = p.trim_end_matches('/').to_string();
             let commits = blobs
-                .list_all(&ListOptions {
-                    prefix: Some(&BackupPaths::new(&id).commits_root()),
-                    ..Default::default()
-                })
+                .list_names(&BackupPaths::new(&id).commits_root())
                 .await
                 .unwrap();
-            if commits.blobs.len() >= 2 {
+            if commits.len() >= 2 {
                 break id;
             }
         }
@@ -514,7 +508,11 @@ async fn a_restarted_coordinator_finishes_the_job() {
     assert_eq!(interrupted.status, "interrupted");
     assert!(load_manifest(&blobs, &id).await.unwrap().is_none());
 
-    let report = status(&t, &id, true, false, &watch_opts(2, &env.account))
+    let what = StatusOptions {
+        wait: true,
+        retry_poisoned: false,
+    };
+    let report = status(&t, &id, what, &watch_opts(2, &env.account))
         .await
         .unwrap();
     assert_eq!(

@@ -2,7 +2,7 @@
 //! conditional create, block-by-block ranged reads, listing with prefix/delimiter/paging.
 
 use bytes::Bytes;
-use tablevault_common::blob::{BlobClient, ListOptions, PutOptions};
+use tablevault_azure::blob::{BlobClient, ListOptions, PutOptions};
 use tablevault_tests::{TestEnv, unique_lower};
 
 #[tokio::test]

@@ -5,13 +5,13 @@
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use tablevault_common::auth::{Credential, StaticToken};
-use tablevault_common::blob::BlobClient;
-use tablevault_common::config::{EMULATOR_KEY, StorageAccount};
-use tablevault_common::queue::QueueClient;
-use tablevault_common::retry::RetryPolicy;
-use tablevault_common::table::{BatchOperation, Entity, Query, TableClient};
-use tablevault_common::{ClientOptions, Error};
+use tablevault_azure::RetryPolicy;
+use tablevault_azure::blob::BlobClient;
+use tablevault_azure::config::{EMULATOR_KEY, StorageAccount};
+use tablevault_azure::credential::{Credential, StaticToken};
+use tablevault_azure::queue::QueueClient;
+use tablevault_azure::table::{BatchOperation, Entity, Query, TableClient};
+use tablevault_azure::{ClientOptions, Error};
 use tablevault_tests::mock_server::{MockServer, Reply};
 
 const PAGE: &str = r#"{"odata.metadata":"x","value":[{"PartitionKey":"p","RowKey":"r","V":1}]}"#;

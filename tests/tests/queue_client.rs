@@ -3,8 +3,8 @@
 
 use std::time::Duration;
 
-use tablevault_common::Error;
-use tablevault_common::queue::{MessageTtl, QueueClient};
+use tablevault_azure::Error;
+use tablevault_azure::queue::{MessageTtl, QueueClient};
 use tablevault_tests::{TestEnv, unique_lower};
 
 #[tokio::test]

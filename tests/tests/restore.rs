@@ -8,18 +8,19 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use support::{backup_of, target, watch_opts, worker_config};
-use tablevault_common::blob::{BlobClient, PutOptions};
-use tablevault_common::format::Compression;
-use tablevault_common::job::{BackupPaths, RestoreMode};
-use tablevault_common::keys::EntityKey;
-use tablevault_common::table::{BatchOperation, EdmValue, Entity, TableClient};
+use support::{backup_of, blob_client, store, target, watch_opts, worker_config};
+use tablevault_azure::blob::PutOptions;
+use tablevault_azure::table::{BatchOperation, EdmValue, Entity, TableClient};
+use tablevault_cli::exit::{ExitCode, error_code};
 use tablevault_coordinator::backup::run_backup;
 use tablevault_coordinator::restore::{RestoreRequest, plan_and_enqueue, run_restore, watch};
 use tablevault_coordinator::state::load_manifest;
 use tablevault_coordinator::verify::{VerifyRequest, verify};
+use tablevault_core::format::Compression;
+use tablevault_core::keys::EntityKey;
+use tablevault_core::protocol::RestoreMode;
+use tablevault_core::store::BackupPaths;
 use tablevault_tests::{TestEnv, load_edge_table, load_numbered, scan_all, unique_table};
-use tablevault_worker::reader::load_commit;
 use tablevault_worker::{Worker, WorkerStats};
 use tokio_util::sync::CancellationToken;
 
@@ -58,14 +59,14 @@ async fn every_type_round_trips_through_backup_and_restore() {
         let t = target(&env.account);
         let mut req = backup_of(&env.account, &table);
         req.compression = compression;
-        let backup = run_backup(&req, &t, watch_opts(2, &env.account))
+        let backup = run_backup(&req, &t, &watch_opts(2, &env.account))
             .await
             .unwrap();
         assert_eq!(backup.status, "complete");
         let restored_table = unique_table("dst");
         let mut r = RestoreRequest::new(&backup.backup_id, env.account.clone());
         r.renames = vec![(table.clone(), restored_table.clone())];
-        let report = run_restore(&r, &t, watch_opts(2, &env.account))
+        let report = run_restore(&r, &t, &watch_opts(2, &env.account))
             .await
             .unwrap();
         assert_eq!(report.status, "complete", "{report:?}");
@@ -88,10 +89,10 @@ async fn thousands_of_entities_restore_per_block_and_per_blob() {
     req.block_bytes = 64 * 1024;
     req.blocks_per_blob = 3;
     req.ranges_per_table = 4;
-    let backup = run_backup(&req, &t, watch_opts(2, &env.account))
+    let backup = run_backup(&req, &t, &watch_opts(2, &env.account))
         .await
         .unwrap();
-    let blobs = t.blobs().unwrap();
+    let blobs = store(&t);
     let manifest = load_manifest(&blobs, &backup.backup_id)
         .await
         .unwrap()
@@ -107,7 +108,7 @@ async fn thousands_of_entities_restore_per_block_and_per_blob() {
         let mut r = RestoreRequest::new(&backup.backup_id, env.account.clone());
         r.renames = vec![(table.clone(), dst.clone())];
         r.per_blob_max_bytes = per_blob_max;
-        let report = run_restore(&r, &t, watch_opts(3, &env.account))
+        let report = run_restore(&r, &t, &watch_opts(3, &env.account))
             .await
             .unwrap();
         assert_eq!(report.status, "complete");
@@ -125,7 +126,7 @@ async fn each_mode_treats_existing_entities_as_documented() {
     let source = load_numbered(&client, &table, 2, 50).await;
     let t = target(&env.account);
     let req = backup_of(&env.account, &table);
-    let backup = run_backup(&req, &t, watch_opts(2, &env.account))
+    let backup = run_backup(&req, &t, &watch_opts(2, &env.account))
         .await
         .unwrap();
 
@@ -167,7 +168,7 @@ async fn each_mode_treats_existing_entities_as_documented() {
         let mut r = RestoreRequest::new(&backup.backup_id, env.account.clone());
         r.renames = vec![(table.clone(), dst.clone())];
         r.mode = mode;
-        let report = run_restore(&r, &t, watch_opts(2, &env.account))
+        let report = run_restore(&r, &t, &watch_opts(2, &env.account))
             .await
             .unwrap();
         let damaged = client
@@ -259,7 +260,7 @@ async fn a_killed_worker_mid_restore_is_redone() {
     let t = target(&env.account);
     let mut req = backup_of(&env.account, &table);
     req.ranges_per_table = 1;
-    let backup = run_backup(&req, &t, watch_opts(1, &env.account))
+    let backup = run_backup(&req, &t, &watch_opts(1, &env.account))
         .await
         .unwrap();
 
@@ -302,23 +303,24 @@ async fn a_corrupt_block_is_reported_and_nothing_from_it_is_written() {
     req.block_bytes = 64 * 1024;
     req.blocks_per_blob = 1;
     req.compression = Compression::Zstd;
-    let backup = run_backup(&req, &t, watch_opts(2, &env.account))
+    let backup = run_backup(&req, &t, &watch_opts(2, &env.account))
         .await
         .unwrap();
-    let blobs: BlobClient = t.blobs().unwrap();
+    let blobs = store(&t);
+    let raw = blob_client(&t);
     let manifest = load_manifest(&blobs, &backup.backup_id)
         .await
         .unwrap()
         .unwrap();
-    let commit = load_commit(&blobs, &manifest.tables[0].ranges[1].commit)
+    let commit = blobs
+        .commit_record(&manifest.tables[0].ranges[1].commit)
         .await
         .unwrap();
     let victim = &commit.blobs[0];
-    let mut bytes = blobs.get(&victim.name).await.unwrap().to_vec();
+    let mut bytes = raw.get(&victim.name).await.unwrap().to_vec();
     let middle = bytes.len() / 2;
     bytes[middle] ^= 0x55;
-    blobs
-        .put_blob(&victim.name, Bytes::from(bytes), &PutOptions::default())
+    raw.put_blob(&victim.name, Bytes::from(bytes), &PutOptions::default())
         .await
         .unwrap();
     let span = (
@@ -329,7 +331,7 @@ async fn a_corrupt_block_is_reported_and_nothing_from_it_is_written() {
     let dst = unique_table("dst");
     let mut r = RestoreRequest::new(&backup.backup_id, env.account.clone());
     r.renames = vec![(table.clone(), dst.clone())];
-    let report = run_restore(&r, &t, watch_opts(2, &env.account))
+    let report = run_restore(&r, &t, &watch_opts(2, &env.account))
         .await
         .unwrap();
     assert_eq!(report.status, "failed", "never reported as a success");
@@ -396,43 +398,42 @@ async fn restore_refuses_incomplete_backups_and_unknown_versions() {
     let err = run_restore(
         &RestoreRequest::new(&job.backup_id, env.account.clone()),
         &t,
-        watch_opts(0, &env.account),
+        &watch_opts(0, &env.account),
     )
     .await
     .unwrap_err();
-    assert!(err.message.contains("incomplete"), "{}", err.message);
-    assert_eq!(err.code as i32, 2);
+    assert!(err.to_string().contains("incomplete"), "{err}");
+    assert_eq!(error_code(&err), ExitCode::Usage);
+    assert_eq!(error_code(&err) as i32, 2);
 
     // A manifest from a future format.
-    let backup = run_backup(&req, &t, watch_opts(1, &env.account))
+    let backup = run_backup(&req, &t, &watch_opts(1, &env.account))
         .await
         .unwrap();
-    let blobs = t.blobs().unwrap();
     let path = BackupPaths::new(&backup.backup_id).manifest();
-    let mut m: serde_json::Value =
-        serde_json::from_slice(&blobs.get(&path).await.unwrap()).unwrap();
+    let raw = blob_client(&t);
+    let mut m: serde_json::Value = serde_json::from_slice(&raw.get(&path).await.unwrap()).unwrap();
     m["format"] = 2.into();
-    blobs
-        .put_blob(&path, Bytes::from(m.to_string()), &PutOptions::default())
+    raw.put_blob(&path, Bytes::from(m.to_string()), &PutOptions::default())
         .await
         .unwrap();
     let err = run_restore(
         &RestoreRequest::new(&backup.backup_id, env.account.clone()),
         &t,
-        watch_opts(0, &env.account),
+        &watch_opts(0, &env.account),
     )
     .await
     .unwrap_err();
-    assert!(err.message.contains("format version 2"), "{}", err.message);
+    assert!(err.to_string().contains("format version 2"), "{err}");
 
     let err = run_restore(
         &RestoreRequest::new("20200101T000000Z-00000000", env.account.clone()),
         &t,
-        watch_opts(0, &env.account),
+        &watch_opts(0, &env.account),
     )
     .await
     .unwrap_err();
-    assert!(err.message.contains("not found"), "{}", err.message);
+    assert!(err.to_string().contains("not found"), "{err}");
 }
 
 #[tokio::test]
@@ -443,10 +444,10 @@ async fn verify_finds_every_difference_with_a_live_table() {
     load_numbered(&client, &table, 3, 40).await;
     let t = target(&env.account);
     let req = backup_of(&env.account, &table);
-    let backup = run_backup(&req, &t, watch_opts(2, &env.account))
+    let backup = run_backup(&req, &t, &watch_opts(2, &env.account))
         .await
         .unwrap();
-    let blobs = t.blobs().unwrap();
+    let blobs = store(&t);
     let request = VerifyRequest {
         backup_id: backup.backup_id.clone(),
         tables: None,

@@ -2,8 +2,8 @@
 //! keys, point operations and entity group transactions.
 
 use futures::TryStreamExt;
-use tablevault_common::Error;
-use tablevault_common::table::{
+use tablevault_azure::Error;
+use tablevault_azure::table::{
     BatchOperation, Cmp, CreateOutcome, EdmValue, Entity, Filter, Query, TableClient,
 };
 use tablevault_tests::{AWKWARD_KEYS, TestEnv, edge_entity, unique_table};
@@ -107,13 +107,14 @@ async fn a_table_of_several_pages_is_read_whole_and_in_order() {
         }
     }
     let pages: Vec<_> = client
-        .query(
+        .pages(
             &table,
             Query {
                 filter: None,
                 top: Some(1000),
             },
         )
+        .into_stream()
         .try_collect()
         .await
         .unwrap();
@@ -136,13 +137,14 @@ async fn a_table_of_several_pages_is_read_whole_and_in_order() {
     let filter =
         Filter::partition_key(Cmp::Ge, "part1").and(Filter::partition_key(Cmp::Lt, "part3"));
     let n: usize = client
-        .query(
+        .pages(
             &table,
             Query {
                 filter: Some(filter),
                 top: Some(333),
             },
         )
+        .into_stream()
         .map_ok(|p| p.entities.len())
         .try_fold(0, |a, b| async move { Ok(a + b) })
         .await

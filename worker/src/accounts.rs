@@ -3,8 +3,8 @@
 //! Jobs name accounts by name and endpoint only (never secrets); a worker must have been
 //! given the credentials itself, on its command line or in its environment.
 
-use tablevault_common::job::AccountRef;
-use tablevault_common::{Service, StorageAccount};
+use tablevault_azure::{Service, StorageAccount};
+use tablevault_core::protocol::AccountRef;
 
 /// A set of accounts with credentials.
 #[derive(Debug, Clone, Default)]
@@ -39,18 +39,6 @@ impl AccountSet {
             })
             .or_else(|| self.accounts.iter().find(|a| a.name() == wanted.account))
     }
-}
-
-/// The reference a job records for an account.
-pub fn account_ref(account: &StorageAccount) -> Result<AccountRef, tablevault_common::ConfigError> {
-    Ok(AccountRef {
-        account: account.name().to_string(),
-        table_endpoint: account
-            .endpoint(Service::Table)?
-            .as_str()
-            .trim_end_matches('/')
-            .to_string(),
-    })
 }
 
 #[cfg(test)]

@@ -8,15 +8,15 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tablevault_common::Error;
-use tablevault_common::queue::{QueueClient, ReceivedMessage};
+use tablevault_azure::Error;
+use tablevault_core::queue::{ReceivedMessage, TaskQueue};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 /// A claimed message, kept invisible to others while work goes on.
 pub struct Lease {
-    queue: QueueClient,
+    queue: Arc<dyn TaskQueue>,
     message_id: String,
     receipt: Arc<Mutex<String>>,
     lost: CancellationToken,
@@ -26,7 +26,11 @@ pub struct Lease {
 
 impl Lease {
     /// Starts keeping `message` (claimed with `visibility`) invisible.
-    pub fn start(queue: QueueClient, message: &ReceivedMessage, visibility: Duration) -> Lease {
+    pub fn start(
+        queue: Arc<dyn TaskQueue>,
+        message: &ReceivedMessage,
+        visibility: Duration,
+    ) -> Lease {
         let receipt = Arc::new(Mutex::new(message.pop_receipt.clone()));
         let lost = CancellationToken::new();
         let stop = CancellationToken::new();
@@ -63,7 +67,7 @@ impl Lease {
     /// holds the message; it will find the task committed and delete it itself.
     pub async fn complete(mut self) -> Result<(), Error> {
         let receipt = self.stop_keeper().await;
-        match self.queue.delete_message(&self.message_id, &receipt).await {
+        match self.queue.delete(&self.message_id, &receipt).await {
             Ok(()) | Err(Error::LostOwnership { .. }) => Ok(()),
             Err(e) => Err(e),
         }
@@ -75,7 +79,7 @@ impl Lease {
         let receipt = self.stop_keeper().await;
         match self
             .queue
-            .update_message(&self.message_id, &receipt, delay, new_text)
+            .update(&self.message_id, &receipt, delay, new_text)
             .await
         {
             Ok(_) | Err(Error::LostOwnership { .. }) => Ok(()),
@@ -91,7 +95,7 @@ impl Drop for Lease {
 }
 
 async fn keep(
-    queue: QueueClient,
+    queue: Arc<dyn TaskQueue>,
     message_id: String,
     receipt: Arc<Mutex<String>>,
     visibility: Duration,
@@ -109,10 +113,7 @@ async fn keep(
         }
         let current = receipt.lock().expect("receipt lock").clone();
         let asked_at = Instant::now();
-        match queue
-            .update_message(&message_id, &current, visibility, None)
-            .await
-        {
+        match queue.update(&message_id, &current, visibility, None).await {
             Ok(new_receipt) => {
                 *receipt.lock().expect("receipt lock") = new_receipt;
                 deadline = asked_at + visibility;

@@ -7,8 +7,8 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use tablevault_common::Error;
-use tablevault_common::retry::RetryObserver;
+use tablevault_azure::Error;
+use tablevault_azure::RetryObserver;
 use tokio::sync::Notify;
 
 #[derive(Debug)]

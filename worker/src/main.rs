@@ -1,13 +1,15 @@
-//! `tablevault-worker`: the daemon deployed on many machines. It claims backup tasks from
-//! the queue in the backup account and runs them until stopped (Ctrl-C or SIGTERM, after
-//! which tasks in flight give their messages back).
+//! `tablevault-worker`: the daemon deployed on many machines. It claims backup and restore
+//! tasks from the queue in the backup account and runs them until stopped (Ctrl-C or
+//! SIGTERM, after which tasks in flight give their messages back).
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Parser;
-use tablevault_common::job::DEFAULT_QUEUE;
-use tablevault_worker::runtime::{LogFormat, init_logging, resolve_account, shutdown_on_signal};
+use tablevault_azure::StorageAccount;
+use tablevault_azure::config::{AccountSetting, FALLBACK_ENV};
+use tablevault_core::protocol::DEFAULT_QUEUE;
+use tablevault_worker::process::{LogFormat, init_logging, shutdown_on_signal, tune_allocator};
 use tablevault_worker::{AccountSet, Worker, WorkerConfig, WorkerStats};
 
 /// Runs tablevault backup and restore tasks from the queue in the backup account.
@@ -61,54 +63,63 @@ struct Args {
     log_format: LogFormat,
 }
 
+const BACKUP: AccountSetting = AccountSetting {
+    what: "backup",
+    flag: "--backup",
+    env: "TABLEVAULT_BACKUP",
+};
+const SOURCE: AccountSetting = AccountSetting {
+    what: "source",
+    flag: "--source",
+    env: "TABLEVAULT_SOURCE",
+};
+const TARGET: AccountSetting = AccountSetting {
+    what: "target",
+    flag: "--target",
+    env: "TABLEVAULT_TARGET",
+};
+
 fn main() -> std::process::ExitCode {
-    tablevault_worker::runtime::tune_allocator();
+    tune_allocator();
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .expect("tokio runtime")
-        .block_on(run_main())
+        .block_on(async {
+            let args = Args::parse();
+            init_logging(args.log_format, "info");
+            match run(args).await {
+                Ok(()) => std::process::ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("error: {e:#}");
+                    std::process::ExitCode::from(1)
+                }
+            }
+        })
 }
 
-async fn run_main() -> std::process::ExitCode {
-    let args = Args::parse();
-    init_logging(args.log_format, "info");
-    match run(args).await {
-        Ok(()) => std::process::ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("error: {e:#}");
-            std::process::ExitCode::from(1)
+/// The accounts of a repeatable option. Optional: a worker may serve only backups, or
+/// only restores; a fallback that is set but malformed is still an error.
+fn accounts(given: &[String], setting: AccountSetting) -> anyhow::Result<Vec<StorageAccount>> {
+    if given.is_empty() {
+        if std::env::var_os(FALLBACK_ENV).is_none() {
+            return Ok(Vec::new());
         }
+        return Ok(vec![StorageAccount::resolve(None, setting)?]);
     }
+    Ok(given
+        .iter()
+        .map(|s| StorageAccount::resolve(Some(s), setting))
+        .collect::<Result<Vec<_>, _>>()?)
 }
 
 async fn run(args: Args) -> anyhow::Result<()> {
-    let backup = resolve_account(
-        args.backup.as_deref(),
-        "backup",
-        "--backup",
-        "TABLEVAULT_BACKUP",
-    )?;
-    let accounts = |given: &[String], what: &str, flag: &str, env: &str| {
-        if given.is_empty() {
-            // Optional: a worker may serve only backups, or only restores. A fallback
-            // that is set but malformed is still an error.
-            if std::env::var_os(tablevault_worker::runtime::FALLBACK_ENV).is_none() {
-                return Ok(Vec::new());
-            }
-            resolve_account(None, what, flag, env).map(|a| vec![a])
-        } else {
-            given
-                .iter()
-                .map(|s| resolve_account(Some(s), what, flag, env))
-                .collect::<Result<Vec<_>, _>>()
-        }
-    };
-    let sources = accounts(&args.source, "source", "--source", "TABLEVAULT_SOURCE")?;
-    let targets = accounts(&args.target, "target", "--target", "TABLEVAULT_TARGET")?;
+    let backup = StorageAccount::resolve(args.backup.as_deref(), BACKUP)?;
+    let sources = accounts(&args.source, SOURCE)?;
+    let targets = accounts(&args.target, TARGET)?;
     if sources.is_empty() && targets.is_empty() {
         anyhow::bail!(
-            "no accounts to work on: pass --source and/or --target (or set TABLEVAULT_SOURCE, TABLEVAULT_TARGET or AZURE_STORAGE_CONNECTION_STRING)"
+            "no accounts to work on: pass --source and/or --target (or set TABLEVAULT_SOURCE, TABLEVAULT_TARGET or {FALLBACK_ENV})"
         );
     }
     let mut config = WorkerConfig::new(backup, &args.queue);

@@ -1,39 +1,58 @@
-//! Helpers shared by the backup and restore test files that need the coordinator (the
-//! harness library itself depends only on `common`, so the coordinator's own tests can
-//! use it without a dependency cycle).
+//! Helpers shared by the backup and restore test files that need the coordinator and
+//! in-process workers (the harness library itself depends only on the Azure clients and
+//! the emulator launcher).
 #![allow(dead_code)] // each test file uses a different subset
 
+use std::sync::Arc;
 use std::time::Duration;
 
-use tablevault_common::{ClientOptions, StorageAccount};
-use tablevault_coordinator::backup::{BackupRequest, Target, WatchOptions};
+use tablevault_azure::StorageAccount;
+use tablevault_azure::blob::BlobClient;
+use tablevault_cli::local_workers::InProcessWorkers;
+use tablevault_coordinator::backup::BackupRequest;
+use tablevault_coordinator::{Location, WatchOptions};
+use tablevault_core::store::Store;
 use tablevault_tests::unique_lower;
 use tablevault_worker::{AccountSet, WorkerConfig};
 use tokio_util::sync::CancellationToken;
 
 /// A fresh container and queue in the test's account.
-pub fn target(account: &StorageAccount) -> Target {
-    Target {
+pub fn target(account: &StorageAccount) -> Location {
+    Location {
         account: account.clone(),
         container: unique_lower("bk"),
         queue: unique_lower("tasks"),
-        client_options: ClientOptions::default(),
+        client_options: Default::default(),
     }
 }
 
-/// Watch settings for tests: quick polls, short leases, no progress bar.
+/// The raw container client of a location, for tests that look at or tamper with blobs.
+pub fn blob_client(t: &Location) -> BlobClient {
+    BlobClient::new(&t.account, &t.container).unwrap()
+}
+
+/// The location's store.
+pub fn store(t: &Location) -> Store {
+    t.store().unwrap()
+}
+
+/// Watch settings for tests: `workers` in-process workers (none for 0) with short leases
+/// and quick polls, no progress display.
 pub fn watch_opts(workers: usize, account: &StorageAccount) -> WatchOptions {
-    let mut o = WatchOptions::new(CancellationToken::new());
-    o.workers = workers;
-    o.accounts = AccountSet::new(vec![account.clone()]);
+    let shutdown = CancellationToken::new();
+    let mut o = WatchOptions::new(shutdown.clone());
     o.poll = Duration::from_millis(100);
-    o.quiet = true;
-    o.visibility = Duration::from_secs(3);
+    if workers > 0 {
+        let mut w =
+            InProcessWorkers::new(workers, AccountSet::new(vec![account.clone()]), shutdown);
+        w.visibility = Duration::from_secs(3);
+        o.workers = Some(Arc::new(w));
+    }
     o
 }
 
 /// A one-task worker on the target's queue, with a short lease, for killing mid-task.
-pub fn worker_config(t: &Target, account: &StorageAccount, visibility: Duration) -> WorkerConfig {
+pub fn worker_config(t: &Location, account: &StorageAccount, visibility: Duration) -> WorkerConfig {
     let mut c = WorkerConfig::new(t.account.clone(), &t.queue);
     c.sources = AccountSet::new(vec![account.clone()]);
     c.targets = AccountSet::new(vec![account.clone()]);

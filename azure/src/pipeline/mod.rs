@@ -1,0 +1,475 @@
+//! The request pipeline shared by the Table, Queue and Blob clients: build the URL (with
+//! the SAS, if any), stamp `x-ms-date`/`x-ms-version`, sign, send, read the whole body,
+//! turn failures into [`Error`]s, and retry per the [`RetryPolicy`]. Each attempt is
+//! built and signed afresh.
+
+use std::time::{Duration, SystemTime};
+
+use bytes::Bytes;
+use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
+use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
+use reqwest::{Method, StatusCode};
+use url::Url;
+
+use crate::config::{ConfigError, StorageAccount};
+use crate::credential::{Credential, TableAuthScheme};
+use crate::error::{Error, Result};
+use crate::redact::redact_text;
+use crate::service::Service;
+use crate::signing::{SigningScheme, shared_key_authorization};
+
+pub mod retry;
+
+pub use retry::{Idempotency, RetryObserver, RetryPolicy};
+
+/// `x-ms-version` for Blob and Queue: recent enough for 4000 MiB blocks, the current SAS
+/// layout and bearer tokens, and accepted by Azurite 3.37.
+pub const BLOB_QUEUE_VERSION: &str = "2025-11-05";
+/// `x-ms-version` for Table: the version of the Table REST specification and the SDKs.
+pub const TABLE_VERSION: &str = "2019-02-02";
+
+/// Everything outside RFC 3986's unreserved set is percent-encoded in query values and key
+/// literals, so `=`, `+`, `/`, `'`, `%` and spaces never reach a canonicalizer raw.
+pub(crate) const STRICT: &AsciiSet = &NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'.')
+    .remove(b'_')
+    .remove(b'~');
+
+/// Percent-encodes a value for a query string or a path segment.
+pub(crate) fn encode(value: &str) -> String {
+    utf8_percent_encode(value, STRICT).to_string()
+}
+
+/// Tuning shared by all clients built from one account.
+#[derive(Debug, Clone)]
+pub struct ClientOptions {
+    /// Retry behaviour for every request.
+    pub retry: RetryPolicy,
+    /// Limit on one attempt, from connecting to the last body byte.
+    pub request_timeout: Duration,
+    /// Table signing scheme.
+    pub table_auth: TableAuthScheme,
+}
+
+impl Default for ClientOptions {
+    fn default() -> Self {
+        ClientOptions {
+            retry: RetryPolicy::default(),
+            request_timeout: Duration::from_secs(120),
+            table_auth: TableAuthScheme::SharedKey,
+        }
+    }
+}
+
+/// Limit on establishing a connection, for every request of the process.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The one HTTP client of the process: every service client shares its connection pool
+/// (and its TLS set-up). Per-attempt time limits are set on each request.
+fn shared_http_client() -> std::result::Result<reqwest::Client, ConfigError> {
+    static CLIENT: std::sync::OnceLock<reqwest::Client> = std::sync::OnceLock::new();
+    if let Some(c) = CLIENT.get() {
+        return Ok(c.clone());
+    }
+    let client = reqwest::Client::builder()
+        .connect_timeout(CONNECT_TIMEOUT)
+        .pool_max_idle_per_host(256)
+        .tcp_nodelay(true)
+        .build()
+        .map_err(|e| ConfigError::NotConfigured(format!("HTTP client: {e}")))?;
+    Ok(CLIENT.get_or_init(|| client).clone())
+}
+
+/// Adds authorization to a request: a Shared Key header, a bearer token, or nothing (SAS
+/// is already in the URL). Called for every attempt so each one has a fresh signature.
+async fn authorize(
+    request: &mut reqwest::Request,
+    credential: &Credential,
+    scheme: SigningScheme,
+) -> Result<()> {
+    match credential {
+        Credential::SharedKey(key) => {
+            let value = shared_key_authorization(
+                key,
+                scheme,
+                request.method(),
+                request.headers(),
+                request.url(),
+            );
+            request.headers_mut().insert("authorization", value);
+        }
+        Credential::Token(provider) => {
+            let token = provider
+                .token()
+                .await
+                .map_err(|e| Error::Auth(e.to_string()))?;
+            let mut v = HeaderValue::from_str(&format!("Bearer {}", token.expose()))
+                .map_err(|_| Error::Auth("token is not valid header text".into()))?;
+            v.set_sensitive(true);
+            request.headers_mut().insert("authorization", v);
+        }
+        Credential::Sas(_) => {}
+    }
+    Ok(())
+}
+
+/// One request, described independently of any attempt.
+pub(crate) struct Request {
+    pub op: &'static str,
+    pub method: Method,
+    /// Encoded path relative to the service endpoint, starting with `/` (or empty).
+    pub path: String,
+    /// Query parameters with raw (unencoded) values.
+    pub query: Vec<(&'static str, String)>,
+    pub headers: HeaderMap,
+    pub body: Bytes,
+    pub idempotency: Idempotency,
+    /// Why the request cannot be sent (a header that is not valid header text).
+    invalid: Option<String>,
+}
+
+impl Request {
+    pub fn new(op: &'static str, method: Method, path: impl Into<String>) -> Self {
+        let idempotency = if method == Method::POST {
+            Idempotency::NotIdempotent
+        } else {
+            Idempotency::Idempotent
+        };
+        Request {
+            op,
+            method,
+            path: path.into(),
+            query: Vec::new(),
+            headers: HeaderMap::new(),
+            body: Bytes::new(),
+            idempotency,
+            invalid: None,
+        }
+    }
+
+    pub fn query(mut self, name: &'static str, value: impl Into<String>) -> Self {
+        self.query.push((name, value.into()));
+        self
+    }
+
+    pub fn header(self, name: &'static str, value: &str) -> Self {
+        self.dynamic_header(name, value)
+    }
+
+    /// A header whose name is built at run time (`x-ms-meta-*`). An invalid name or value
+    /// makes the request fail at send time: sending it without the header would be wrong.
+    pub fn dynamic_header(mut self, name: &str, value: &str) -> Self {
+        match (
+            HeaderName::from_bytes(name.as_bytes()),
+            HeaderValue::from_str(value),
+        ) {
+            (Ok(n), Ok(v)) => {
+                self.headers.append(n, v);
+            }
+            _ => {
+                self.invalid.get_or_insert_with(|| {
+                    format!("header {name:?} or its value is not valid header text (metadata must be ASCII)")
+                });
+            }
+        }
+        self
+    }
+
+    pub fn body(mut self, body: impl Into<Bytes>) -> Self {
+        self.body = body.into();
+        self
+    }
+
+    pub fn idempotency(mut self, idempotency: Idempotency) -> Self {
+        self.idempotency = idempotency;
+        self
+    }
+}
+
+/// A successful response with its body read in full.
+#[derive(Debug)]
+pub(crate) struct Response {
+    pub headers: HeaderMap,
+    pub body: Bytes,
+}
+
+impl Response {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.get(name).and_then(|v| v.to_str().ok())
+    }
+}
+
+/// A signed, retrying connection to one service of one account.
+#[derive(Clone)]
+pub(crate) struct ServiceClient {
+    http: reqwest::Client,
+    request_timeout: Duration,
+    endpoint: Url,
+    credential: Credential,
+    scheme: SigningScheme,
+    version: &'static str,
+    retry: RetryPolicy,
+    default_headers: HeaderMap,
+}
+
+impl ServiceClient {
+    pub fn new(
+        account: &StorageAccount,
+        service: Service,
+        options: &ClientOptions,
+    ) -> std::result::Result<Self, ConfigError> {
+        let endpoint = account.endpoint(service)?.clone();
+        let (scheme, version) = match service {
+            Service::Table => (SigningScheme::Table(options.table_auth), TABLE_VERSION),
+            Service::Blob | Service::Queue => (SigningScheme::BlobQueue, BLOB_QUEUE_VERSION),
+        };
+        let mut default_headers = HeaderMap::new();
+        if service == Service::Table {
+            // Azurite accepts exactly this string (no charset, no streaming) and nothing else.
+            default_headers.insert(
+                "accept",
+                HeaderValue::from_static("application/json;odata=minimalmetadata"),
+            );
+            default_headers.insert("dataserviceversion", HeaderValue::from_static("3.0;"));
+            default_headers.insert(
+                "maxdataserviceversion",
+                HeaderValue::from_static("3.0;NetFx"),
+            );
+        }
+        Ok(ServiceClient {
+            http: shared_http_client()?,
+            request_timeout: options.request_timeout,
+            endpoint,
+            credential: account.credential().clone(),
+            scheme,
+            version,
+            retry: options.retry.clone(),
+            default_headers,
+        })
+    }
+
+    /// The service endpoint (no trailing slash), for building absolute sub-request URLs.
+    pub fn endpoint(&self) -> &Url {
+        &self.endpoint
+    }
+
+    fn url_for(&self, req: &Request) -> Result<Url> {
+        let mut s = String::with_capacity(128);
+        s.push_str(self.endpoint.as_str().trim_end_matches('/'));
+        s.push_str(&req.path);
+        if !req.query.is_empty() {
+            s.push('?');
+            for (i, (k, v)) in req.query.iter().enumerate() {
+                if i > 0 {
+                    s.push('&');
+                }
+                s.push_str(k);
+                s.push('=');
+                s.push_str(&encode(v));
+            }
+        }
+        let mut url = Url::parse(&s).map_err(|e| Error::invalid_request(req.op, e.to_string()))?;
+        if let Credential::Sas(sas) = &self.credential {
+            sas.append_to(&mut url);
+        }
+        Ok(url)
+    }
+
+    /// Sends with retries and returns the successful response.
+    pub async fn send(&self, req: Request) -> Result<Response> {
+        self.send_with(req, Ok).await
+    }
+
+    /// Sends with retries; `check` inspects each successful response and may turn it into
+    /// an error (for example a failed change set inside a 202), which is retried like any
+    /// other.
+    pub async fn send_with<T>(
+        &self,
+        req: Request,
+        check: impl Fn(Response) -> Result<T>,
+    ) -> Result<T> {
+        let req = &req;
+        let check = &check;
+        self.retry
+            .run(req.op, req.idempotency, || async move {
+                let response = self.attempt(req).await?;
+                check(response)
+            })
+            .await
+    }
+
+    async fn attempt(&self, req: &Request) -> Result<Response> {
+        if let Some(why) = &req.invalid {
+            return Err(Error::invalid_request(req.op, why.clone()));
+        }
+        let url = self.url_for(req)?;
+        let mut request = reqwest::Request::new(req.method.clone(), url);
+        *request.timeout_mut() = Some(self.request_timeout);
+        let headers = request.headers_mut();
+        headers.extend(self.default_headers.clone());
+        headers.extend(req.headers.clone());
+        let date = httpdate::fmt_http_date(SystemTime::now());
+        headers.insert(
+            "x-ms-date",
+            HeaderValue::from_str(&date).expect("HTTP date is ASCII"),
+        );
+        headers.insert("x-ms-version", HeaderValue::from_static(self.version));
+        let has_body = !req.body.is_empty() || matches!(req.method, Method::PUT | Method::POST);
+        if has_body {
+            headers.insert("content-length", HeaderValue::from(req.body.len()));
+            *request.body_mut() = Some(req.body.clone().into());
+        }
+        authorize(&mut request, &self.credential, self.scheme).await?;
+
+        tracing::debug!(op = req.op, method = %req.method, path = %req.path, "request");
+        let response = self
+            .http
+            .execute(request)
+            .await
+            .map_err(|e| Error::from_reqwest(req.op, e))?;
+        let status = response.status();
+        let headers = response.headers().clone();
+        let body = response
+            .bytes()
+            .await
+            .map_err(|e| Error::from_reqwest(req.op, e))?;
+        tracing::debug!(
+            op = req.op,
+            status = status.as_u16(),
+            bytes = body.len(),
+            "response"
+        );
+        if status.is_success() {
+            Ok(Response { headers, body })
+        } else {
+            Err(service_error(req.op, status, &headers, &body))
+        }
+    }
+}
+
+/// Builds an [`Error::Service`] from a failed response: code from `x-ms-error-code` or the
+/// body (XML for Blob/Queue, JSON for Table), the first line of the message, and any
+/// requested retry delay.
+pub(crate) fn service_error(
+    op: &'static str,
+    status: StatusCode,
+    headers: &HeaderMap,
+    body: &[u8],
+) -> Error {
+    let text = String::from_utf8_lossy(body);
+    let (body_code, body_message) = parse_error_body(&text);
+    let code = headers
+        .get("x-ms-error-code")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string)
+        .or(body_code)
+        .filter(|c| !c.is_empty());
+    let message = body_message
+        .map(|m| m.lines().next().unwrap_or("").trim().to_string())
+        .filter(|m| !m.is_empty())
+        .unwrap_or_else(|| status.canonical_reason().unwrap_or("error").to_string());
+    Error::Service {
+        op,
+        status: status.as_u16(),
+        code,
+        message: redact_text(&truncate(&message, 300)),
+        retry_after: retry_after(headers),
+    }
+}
+
+fn truncate(s: &str, max: usize) -> String {
+    match s.char_indices().nth(max) {
+        Some((i, _)) => format!("{}…", &s[..i]),
+        None => s.to_string(),
+    }
+}
+
+/// Extracts `(code, message)` from an XML `<Error>` or a JSON `odata.error` body.
+pub(crate) fn parse_error_body(text: &str) -> (Option<String>, Option<String>) {
+    let trimmed = text.trim_start();
+    if trimmed.starts_with('{') {
+        if let Ok(v) = serde_json::from_str::<serde_json::Value>(trimmed) {
+            let e = &v["odata.error"];
+            let code = e["code"].as_str().map(str::to_string);
+            let message = e["message"]["value"]
+                .as_str()
+                .or_else(|| e["message"].as_str())
+                .map(str::to_string);
+            return (code, message);
+        }
+        return (None, None);
+    }
+    (
+        xml_element(trimmed, "Code"),
+        xml_element(trimmed, "Message"),
+    )
+}
+
+fn xml_element(text: &str, name: &str) -> Option<String> {
+    let open = format!("<{name}>");
+    let close = format!("</{name}>");
+    let start = text.find(&open)? + open.len();
+    let end = text[start..].find(&close)? + start;
+    quick_xml::escape::unescape(&text[start..end])
+        .ok()
+        .map(|c| c.into_owned())
+}
+
+fn retry_after(headers: &HeaderMap) -> Option<Duration> {
+    let get = |n: &str| headers.get(n).and_then(|v| v.to_str().ok());
+    if let Some(ms) = get("x-ms-retry-after-ms").and_then(|v| v.trim().parse::<u64>().ok()) {
+        return Some(Duration::from_millis(ms));
+    }
+    let v = get("retry-after")?.trim();
+    if let Ok(secs) = v.parse::<u64>() {
+        return Some(Duration::from_secs(secs));
+    }
+    let at = httpdate::parse_http_date(v).ok()?;
+    Some(at.duration_since(SystemTime::now()).unwrap_or_default())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn error_bodies_of_both_formats() {
+        let (c, m) = parse_error_body(
+            r#"<?xml version="1.0" encoding="utf-8"?><Error><Code>BlobAlreadyExists</Code><Message>The specified blob already exists.
+RequestId:1</Message></Error>"#,
+        );
+        assert_eq!(c.as_deref(), Some("BlobAlreadyExists"));
+        assert!(m.unwrap().starts_with("The specified blob already exists."));
+        let (c, m) = parse_error_body(
+            r#"{"odata.error":{"code":"TableNotFound","message":{"lang":"en-US","value":"The table specified does not exist.\nRequestId:x"}}}"#,
+        );
+        assert_eq!(c.as_deref(), Some("TableNotFound"));
+        assert!(m.unwrap().starts_with("The table specified"));
+        assert_eq!(parse_error_body(""), (None, None));
+    }
+
+    #[test]
+    fn service_error_prefers_header_code_and_reads_retry_after() {
+        let mut h = HeaderMap::new();
+        h.insert("x-ms-error-code", HeaderValue::from_static("ServerBusy"));
+        h.insert("x-ms-retry-after-ms", HeaderValue::from_static("1500"));
+        let e = service_error("Op", StatusCode::SERVICE_UNAVAILABLE, &h, b"");
+        assert_eq!(e.code(), Some("ServerBusy"));
+        assert_eq!(e.retry_after(), Some(Duration::from_millis(1500)));
+        assert!(e.is_retryable());
+        assert_eq!(
+            e.to_string(),
+            "Op: HTTP 503 ServerBusy: Service Unavailable"
+        );
+        let mut h = HeaderMap::new();
+        h.insert("retry-after", HeaderValue::from_static("3"));
+        assert_eq!(retry_after(&h), Some(Duration::from_secs(3)));
+    }
+
+    #[test]
+    fn strict_encoding() {
+        assert_eq!(encode("a b'c=d+e/f%g~h"), "a%20b%27c%3Dd%2Be%2Ff%25g~h");
+        assert_eq!(encode("é"), "%C3%A9");
+    }
+}

@@ -1,0 +1,300 @@
+//! Entity group transactions (`$batch`): the multipart request body and a tolerant parser
+//! for the multipart response, which reports which operation failed and why.
+//!
+//! The service answers `202` even when the change set fails; the failure is inside, as the
+//! only part, with the failing operation's zero-based index as the prefix of its message.
+
+use super::entity::Entity;
+use crate::error::Error;
+use crate::pipeline::encode;
+
+/// Most operations one change set may hold.
+pub const MAX_BATCH_OPERATIONS: usize = 100;
+/// Largest request body the service accepts for a batch.
+pub const MAX_BATCH_BYTES: usize = 4 * 1024 * 1024;
+
+/// One operation of a change set. All operations of a batch must share a PartitionKey and
+/// touch distinct entities.
+#[derive(Debug, Clone)]
+pub enum BatchOperation {
+    /// Insert; fails with `EntityAlreadyExists` if the entity exists.
+    Insert(Entity),
+    /// Insert or replace (PUT without `If-Match`): idempotent.
+    InsertOrReplace(Entity),
+    /// Insert or merge (MERGE without `If-Match`): idempotent.
+    InsertOrMerge(Entity),
+    /// Delete whatever version exists (`If-Match: *`).
+    Delete {
+        /// PartitionKey.
+        partition_key: String,
+        /// RowKey.
+        row_key: String,
+    },
+}
+
+impl BatchOperation {
+    /// The keys the operation touches.
+    pub fn keys(&self) -> (&str, &str) {
+        match self {
+            BatchOperation::Insert(e)
+            | BatchOperation::InsertOrReplace(e)
+            | BatchOperation::InsertOrMerge(e) => (&e.partition_key, &e.row_key),
+            BatchOperation::Delete {
+                partition_key,
+                row_key,
+            } => (partition_key, row_key),
+        }
+    }
+
+    /// Whether sending the operation twice leaves the same state.
+    pub fn is_idempotent(&self) -> bool {
+        !matches!(self, BatchOperation::Insert(_))
+    }
+}
+
+/// `table(PartitionKey='..',RowKey='..')` with quotes doubled, then percent-encoded.
+pub(crate) fn entity_path(table: &str, partition_key: &str, row_key: &str) -> String {
+    format!(
+        "{table}(PartitionKey='{}',RowKey='{}')",
+        encode(&partition_key.replace('\'', "''")),
+        encode(&row_key.replace('\'', "''"))
+    )
+}
+
+/// Builds the multipart body. `base` is the absolute table endpoint (sub-request URLs must
+/// be absolute).
+pub(crate) fn build_body(
+    base: &str,
+    table: &str,
+    ops: &[BatchOperation],
+    batch_boundary: &str,
+    changeset_boundary: &str,
+) -> String {
+    let base = base.trim_end_matches('/');
+    let mut body = String::with_capacity(ops.len() * 512);
+    body.push_str(&format!(
+        "--{batch_boundary}\r\nContent-Type: multipart/mixed; boundary={changeset_boundary}\r\n\r\n"
+    ));
+    for op in ops {
+        body.push_str(&format!(
+            "--{changeset_boundary}\r\nContent-Type: application/http\r\nContent-Transfer-Encoding: binary\r\n\r\n"
+        ));
+        let (method, url, json) = match op {
+            BatchOperation::Insert(e) => ("POST", format!("{base}/{table}"), Some(e.to_json())),
+            BatchOperation::InsertOrReplace(e) => (
+                "PUT",
+                format!(
+                    "{base}/{}",
+                    entity_path(table, &e.partition_key, &e.row_key)
+                ),
+                Some(e.to_json()),
+            ),
+            BatchOperation::InsertOrMerge(e) => (
+                "MERGE",
+                format!(
+                    "{base}/{}",
+                    entity_path(table, &e.partition_key, &e.row_key)
+                ),
+                Some(e.to_json()),
+            ),
+            BatchOperation::Delete {
+                partition_key,
+                row_key,
+            } => (
+                "DELETE",
+                format!("{base}/{}", entity_path(table, partition_key, row_key)),
+                None,
+            ),
+        };
+        body.push_str(&format!(
+            "{method} {url} HTTP/1.1\r\nAccept: application/json;odata=minimalmetadata\r\nDataServiceVersion: 3.0;\r\n"
+        ));
+        match json {
+            Some(json) => {
+                body.push_str(
+                    "Content-Type: application/json\r\nPrefer: return-no-content\r\n\r\n",
+                );
+                // One line: Azurite's regex-based parser rejects multi-line sub-request bodies.
+                body.push_str(&json);
+                body.push_str("\r\n");
+            }
+            None => body.push_str("If-Match: *\r\n\r\n"),
+        }
+    }
+    body.push_str(&format!(
+        "--{changeset_boundary}--\r\n--{batch_boundary}--\r\n"
+    ));
+    body
+}
+
+/// Reads a batch response. `Ok` only if it holds exactly `count` successful operation
+/// responses; otherwise the first failure, with its index when the service gave it.
+pub(crate) fn check_response(op: &'static str, body: &[u8], count: usize) -> Result<(), Error> {
+    let text = String::from_utf8_lossy(body);
+    let mut statuses: Vec<(u16, usize)> = Vec::new();
+    let mut search = 0;
+    while let Some(pos) = find_status_line(&text[search..]) {
+        let at = search + pos;
+        let line_end = text[at..].find('\n').map_or(text.len(), |i| at + i);
+        let status = text[at..line_end]
+            .split_whitespace()
+            .nth(1)
+            .and_then(|s| s.parse::<u16>().ok())
+            .ok_or_else(|| {
+                Error::invalid_response(op, "batch response has a malformed status line")
+            })?;
+        statuses.push((status, at));
+        search = line_end;
+    }
+    if let Some(&(status, at)) = statuses.iter().find(|(s, _)| *s >= 300) {
+        let part_body = part_body(&text, at);
+        let (code, message) = crate::pipeline::parse_error_body(part_body);
+        let message = message.unwrap_or_default();
+        // The index is the digits before the first ':' of the message ("1:The specified...").
+        let from_message = message
+            .split_once(':')
+            .and_then(|(n, _)| n.trim().parse::<usize>().ok());
+        let from_content_id = content_id_before(&text, at).and_then(|id| id.checked_sub(1));
+        let index = from_message
+            .or(from_content_id)
+            .or(if count == 1 { Some(0) } else { None })
+            .filter(|i| *i < count);
+        let message = match from_message {
+            Some(_) => message.split_once(':').map(|(_, m)| m).unwrap_or(&message),
+            None => &message,
+        };
+        return Err(Error::BatchOperation {
+            op,
+            index,
+            status,
+            code,
+            message: crate::redact::redact_text(message.lines().next().unwrap_or("").trim()),
+        });
+    }
+    if statuses.len() != count {
+        return Err(Error::invalid_response(
+            op,
+            format!(
+                "batch response has {} operation results for {count} operations",
+                statuses.len()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+fn find_status_line(text: &str) -> Option<usize> {
+    let mut from = 0;
+    while let Some(i) = text[from..].find("HTTP/1.") {
+        let at = from + i;
+        if at == 0 || text.as_bytes()[at - 1] == b'\n' {
+            return Some(at);
+        }
+        from = at + 7;
+    }
+    None
+}
+
+/// The body of the operation response whose status line starts at `at`: after the first
+/// blank line, up to the next boundary line.
+fn part_body(text: &str, at: usize) -> &str {
+    let rest = &text[at..];
+    let start = rest
+        .find("\r\n\r\n")
+        .map(|i| i + 4)
+        .or_else(|| rest.find("\n\n").map(|i| i + 2))
+        .unwrap_or(rest.len());
+    let rest = &rest[start..];
+    let end = rest.find("\n--").unwrap_or(rest.len());
+    rest[..end].trim()
+}
+
+/// A `Content-ID` header in the MIME part headers just before a status line.
+fn content_id_before(text: &str, at: usize) -> Option<usize> {
+    let part_start = text[..at].rfind("\n--").unwrap_or(0);
+    text[part_start..at].lines().find_map(|l| {
+        let (name, value) = l.split_once(':')?;
+        if name.trim().eq_ignore_ascii_case("content-id") {
+            value.trim().parse().ok()
+        } else {
+            None
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::table::entity::EdmValue;
+
+    #[test]
+    fn body_has_one_line_json_and_absolute_urls() {
+        let ops = vec![
+            BatchOperation::Insert(Entity::new("p", "1").with("V", EdmValue::Int32(1))),
+            BatchOperation::InsertOrReplace(Entity::new("p", "o'k %")),
+            BatchOperation::Delete {
+                partition_key: "p".into(),
+                row_key: "3".into(),
+            },
+        ];
+        let b = build_body("http://h:1/acct", "t", &ops, "batch_B", "changeset_C");
+        assert!(
+            b.starts_with("--batch_B\r\nContent-Type: multipart/mixed; boundary=changeset_C\r\n")
+        );
+        assert!(b.contains("POST http://h:1/acct/t HTTP/1.1\r\n"));
+        assert!(b.contains("\r\n{\"PartitionKey\":\"p\",\"RowKey\":\"1\",\"V\":1}\r\n"));
+        assert!(b.contains(
+            "PUT http://h:1/acct/t(PartitionKey='p',RowKey='o%27%27k%20%25') HTTP/1.1\r\n"
+        ));
+        assert!(b.contains("DELETE http://h:1/acct/t(PartitionKey='p',RowKey='3') HTTP/1.1\r\n"));
+        assert!(b.contains("If-Match: *"));
+        assert!(b.ends_with("--changeset_C--\r\n--batch_B--\r\n"));
+    }
+
+    #[test]
+    fn success_response() {
+        let r = "--batchresponse_1\r\nContent-Type: multipart/mixed; boundary=changesetresponse_2\r\n\r\n\
+--changesetresponse_2\r\nContent-Type: application/http\r\nContent-Transfer-Encoding: binary\r\n\r\n\
+HTTP/1.1 204 No Content\r\nETag: W/\"x\"\r\n\r\n\r\n\
+--changesetresponse_2\r\nContent-Type: application/http\r\nContent-Transfer-Encoding: binary\r\n\r\n\
+HTTP/1.1 204 No Content\r\n\r\n\r\n--changesetresponse_2--\r\n--batchresponse_1--\r\n";
+        check_response("Batch", r.as_bytes(), 2).unwrap();
+        assert!(check_response("Batch", r.as_bytes(), 3).is_err());
+    }
+
+    #[test]
+    fn failure_names_the_operation() {
+        let r = "--batchresponse_1\r\nContent-Type: multipart/mixed; boundary=changesetresponse_2\r\n\r\n\
+--changesetresponse_2\r\nContent-Type: application/http\r\nContent-Transfer-Encoding: binary\r\nContent-ID: 2\r\n\r\n\
+HTTP/1.1 409 Conflict\r\nContent-Type: application/json;odata=minimalmetadata;streaming=true;charset=utf-8\r\n\r\n\
+{\"odata.error\":{\"code\":\"EntityAlreadyExists\",\"message\":{\"lang\":\"en-US\",\"value\":\"1:The specified entity already exists.\\nRequestId:abc\"}}}\r\n\
+--changesetresponse_2--\r\n--batchresponse_1--\r\n";
+        let e = check_response("Batch", r.as_bytes(), 3).unwrap_err();
+        match e {
+            Error::BatchOperation {
+                index,
+                status,
+                code,
+                message,
+                ..
+            } => {
+                assert_eq!(index, Some(1));
+                assert_eq!(status, 409);
+                assert_eq!(code.as_deref(), Some("EntityAlreadyExists"));
+                assert_eq!(message, "The specified entity already exists.");
+            }
+            other => panic!("{other}"),
+        }
+    }
+
+    #[test]
+    fn malformed_boundary_is_tolerated_and_garbage_is_an_error() {
+        // Azurite's 101-operation answer drops the "--" of a boundary line.
+        let r = "batchresponse_1\r\nContent-Type: application/http\r\n\r\nHTTP/1.1 400 Bad Request\r\n\r\n\
+{\"odata.error\":{\"code\":\"InvalidInput\",\"message\":{\"lang\":\"en-US\",\"value\":\"0:The batch request operation exceeds the maximum 100 changes per change set.\"}}}\r\n";
+        let e = check_response("Batch", r.as_bytes(), 101).unwrap_err();
+        assert_eq!(e.code(), Some("InvalidInput"));
+        let e = check_response("Batch", b"not multipart at all", 1).unwrap_err();
+        assert!(matches!(e, Error::InvalidResponse { .. }), "{e}");
+    }
+}

@@ -1,0 +1,314 @@
+//! The `tablevault` command line's arguments. Options that several commands share
+//! (accounts, where backups live, `--json`) are defined once and flattened in.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+use tablevault_azure::StorageAccount;
+use tablevault_azure::config::AccountSetting;
+use tablevault_coordinator::Location;
+use tablevault_core::format::{Compression, DEFAULT_BLOCK_BYTES};
+use tablevault_core::protocol::{DEFAULT_CONTAINER, DEFAULT_QUEUE, RestoreMode};
+use tablevault_worker::process::LogFormat;
+
+/// Backup and restore for Azure Table Storage, at any scale.
+///
+/// A coordinator splits each table into key ranges and puts one task per range on a
+/// queue; workers (in this process with --workers, or `tablevault-worker` daemons on any
+/// number of machines) claim the tasks and write the backup to block blobs. All state
+/// lives in the backup container, so an interrupted job can be resumed with
+/// `tablevault status <ID> --wait`.
+///
+/// Connection strings can be given as options or in the environment (TABLEVAULT_SOURCE,
+/// TABLEVAULT_BACKUP, TABLEVAULT_TARGET; AZURE_STORAGE_CONNECTION_STRING is the fallback
+/// for all). Prefer the environment: command lines are visible to other users of the
+/// machine.
+///
+/// To see the whole flow on a local emulator first, run the demo from a source checkout:
+/// `cargo run --release --bin tablevault-demo`.
+///
+/// Exit codes: 0 success, 1 failure (may succeed if retried), 2 usage or configuration
+/// error, 3 incomplete (poisoned tasks), 4 verification mismatch, 130 interrupted.
+#[derive(Parser, Debug)]
+#[command(name = "tablevault", version, about, long_about)]
+pub struct Cli {
+    /// The command.
+    #[command(subcommand)]
+    pub command: Command,
+    /// More log output on stderr (-v: info, -vv: debug). RUST_LOG overrides.
+    #[arg(short, long, action = clap::ArgAction::Count, global = true)]
+    pub verbose: u8,
+    /// Log format.
+    #[arg(long, value_enum, default_value_t = LogFormat::Text, global = true)]
+    pub log_format: LogFormat,
+}
+
+impl Cli {
+    /// The default log level `-v` asks for.
+    pub fn log_level(&self) -> &'static str {
+        match self.verbose {
+            0 => "warn",
+            1 => "info",
+            _ => "debug",
+        }
+    }
+}
+
+/// The commands.
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Back up tables: plan ranges, enqueue tasks, run or watch workers, write the manifest.
+    Backup(BackupArgs),
+    /// Show a backup's state; with --wait, take it over and see it to the end.
+    Status(StatusArgs),
+    /// List the backups in the container.
+    List(ListArgs),
+    /// Restore tables from a complete backup: into the original tables, renamed tables,
+    /// or another account.
+    Restore(RestoreArgs),
+    /// Check a backup block by block; with --against, compare it with live tables.
+    Verify(VerifyArgs),
+}
+
+impl Command {
+    /// Whether output is JSON.
+    pub fn json(&self) -> bool {
+        match self {
+            Command::Backup(a) => a.output.json,
+            Command::Status(a) => a.output.json,
+            Command::List(a) => a.output.json,
+            Command::Restore(a) => a.output.json,
+            Command::Verify(a) => a.output.json,
+        }
+    }
+}
+
+/// `--json`.
+#[derive(Args, Debug, Clone, Copy)]
+pub struct OutputArgs {
+    /// Print one JSON object (and no progress bar).
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Where backups live.
+#[derive(Args, Debug, Clone)]
+pub struct StoreArgs {
+    /// Connection string of the account holding backups and the task queue.
+    #[arg(
+        long,
+        env = "TABLEVAULT_BACKUP",
+        hide_env_values = true,
+        value_name = "CONN"
+    )]
+    pub backup: Option<String>,
+    /// Container for backups.
+    #[arg(long, env = "TABLEVAULT_CONTAINER", default_value = DEFAULT_CONTAINER)]
+    pub container: String,
+    /// Task queue (shared with `tablevault-worker` daemons).
+    #[arg(long, env = "TABLEVAULT_QUEUE", default_value = DEFAULT_QUEUE)]
+    pub queue: String,
+}
+
+/// The account backups are read from.
+pub const SOURCE: AccountSetting = AccountSetting {
+    what: "source",
+    flag: "--source",
+    env: "TABLEVAULT_SOURCE",
+};
+/// The account holding backups and the queue.
+pub const BACKUP: AccountSetting = AccountSetting {
+    what: "backup",
+    flag: "--backup",
+    env: "TABLEVAULT_BACKUP",
+};
+/// The account restored into.
+pub const TARGET: AccountSetting = AccountSetting {
+    what: "target",
+    flag: "--target",
+    env: "TABLEVAULT_TARGET",
+};
+/// The account verify compares with.
+pub const AGAINST: AccountSetting = AccountSetting {
+    what: "comparison",
+    flag: "--against",
+    env: "TABLEVAULT_AGAINST",
+};
+
+impl StoreArgs {
+    /// The backup account, container and queue.
+    pub fn location(&self) -> Result<Location, tablevault_azure::ConfigError> {
+        Ok(Location {
+            account: StorageAccount::resolve(self.backup.as_deref(), BACKUP)?,
+            container: self.container.clone(),
+            queue: self.queue.clone(),
+            client_options: Default::default(),
+        })
+    }
+}
+
+/// `--source`.
+#[derive(Args, Debug, Clone)]
+pub struct SourceArgs {
+    /// Connection string of the account whose tables are backed up.
+    #[arg(
+        long,
+        env = "TABLEVAULT_SOURCE",
+        hide_env_values = true,
+        value_name = "CONN"
+    )]
+    pub source: Option<String>,
+}
+
+/// `--tables` and `--rename`.
+#[derive(Args, Debug, Clone)]
+pub struct SelectionArgs {
+    /// Tables of the backup to work on (comma-separated). Default: all of them.
+    #[arg(long, value_delimiter = ',', value_name = "T1,T2")]
+    pub tables: Option<Vec<String>>,
+    /// Tables under other names in the target (comma-separated SOURCE=TARGET pairs).
+    #[arg(long, value_delimiter = ',', value_name = "T1=T1restored")]
+    pub rename: Vec<String>,
+}
+
+/// `tablevault backup`.
+#[derive(Args, Debug)]
+pub struct BackupArgs {
+    #[command(flatten)]
+    pub source: SourceArgs,
+    #[command(flatten)]
+    pub store: StoreArgs,
+    /// Tables to back up (comma-separated). Default: every table in the source account.
+    #[arg(long, value_delimiter = ',', value_name = "T1,T2")]
+    pub tables: Option<Vec<String>>,
+    /// PartitionKeys at which to split every table into ranges (comma-separated).
+    /// Without split keys, ranges are discovered by probing each table.
+    #[arg(long, value_delimiter = ',', value_name = "K1,K2")]
+    pub split_keys: Vec<String>,
+    /// A file of split keys, one per line (for keys containing commas).
+    #[arg(long, value_name = "FILE")]
+    pub split_keys_file: Option<PathBuf>,
+    /// Ranges per table to aim for when discovering them [default: 2 per in-process
+    /// worker, at least 8; 32 with --workers 0].
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    pub ranges: Option<u32>,
+    /// Workers to run in this process; 0 only plans and watches while
+    /// `tablevault-worker` daemons elsewhere do the work.
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u16).range(0..=1024))]
+    pub workers: u16,
+    /// Compression of each block.
+    #[arg(long, default_value = "zstd", value_parser = parse_compression)]
+    pub compression: Compression,
+    /// Blocks per data blob (each block is one ranged read at restore).
+    #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..50_000))]
+    pub blocks_per_blob: u32,
+    /// Uncompressed bytes at which a block is sealed.
+    #[arg(long, default_value_t = DEFAULT_BLOCK_BYTES as u64, value_parser = clap::value_parser!(u64).range(65_536..=100_000_000))]
+    pub block_size: u64,
+    /// Deliveries of a task before it is poisoned.
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..=100))]
+    pub max_attempts: u64,
+    /// Seconds a claimed task stays hidden from other workers between extensions.
+    #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(5..=3600))]
+    pub visibility_timeout: u64,
+    #[command(flatten)]
+    pub output: OutputArgs,
+}
+
+/// `tablevault status`.
+#[derive(Args, Debug)]
+pub struct StatusArgs {
+    /// The backup id (see `tablevault list`).
+    pub backup_id: String,
+    #[command(flatten)]
+    pub store: StoreArgs,
+    /// Watch until the backup is complete (or cannot complete), finalizing it.
+    #[arg(long)]
+    pub wait: bool,
+    /// Put poisoned tasks back on the queue (after fixing their cause).
+    #[arg(long)]
+    pub retry_poisoned: bool,
+    /// With --wait: workers to run in this process.
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u16).range(0..=1024))]
+    pub workers: u16,
+    /// Source account, for in-process workers.
+    #[command(flatten)]
+    pub source: SourceArgs,
+    #[command(flatten)]
+    pub output: OutputArgs,
+}
+
+/// `tablevault restore`.
+#[derive(Args, Debug)]
+pub struct RestoreArgs {
+    /// The backup id (see `tablevault list`).
+    pub backup_id: String,
+    #[command(flatten)]
+    pub store: StoreArgs,
+    /// Connection string of the account to restore into.
+    #[arg(
+        long,
+        env = "TABLEVAULT_TARGET",
+        hide_env_values = true,
+        value_name = "CONN"
+    )]
+    pub target: Option<String>,
+    #[command(flatten)]
+    pub selection: SelectionArgs,
+    /// How restored entities meet existing ones: upsert replaces them (safe to repeat),
+    /// merge keeps their other properties, insert-skip leaves them alone, insert-fail
+    /// reports those that differ as failures.
+    #[arg(long, default_value = "upsert", value_parser = parse_mode)]
+    pub mode: RestoreMode,
+    /// Workers to run in this process; 0 only plans and watches while
+    /// `tablevault-worker --target …` daemons do the work.
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u16).range(0..=1024))]
+    pub workers: u16,
+    /// Blobs holding at most this many uncompressed bytes are restored by one task;
+    /// larger blobs get one task per block.
+    #[arg(long, default_value_t = tablevault_coordinator::restore::DEFAULT_PER_BLOB_MAX_BYTES, hide = true)]
+    pub per_blob_max_bytes: u64,
+    /// Deliveries of a task before it is poisoned.
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..=100))]
+    pub max_attempts: u64,
+    #[command(flatten)]
+    pub output: OutputArgs,
+}
+
+/// `tablevault verify`.
+#[derive(Args, Debug)]
+pub struct VerifyArgs {
+    /// The backup id (see `tablevault list`).
+    pub backup_id: String,
+    #[command(flatten)]
+    pub store: StoreArgs,
+    /// Compare the backup with the tables of this account (connection string).
+    #[arg(
+        long,
+        env = "TABLEVAULT_AGAINST",
+        hide_env_values = true,
+        value_name = "CONN"
+    )]
+    pub against: Option<String>,
+    #[command(flatten)]
+    pub selection: SelectionArgs,
+    #[command(flatten)]
+    pub output: OutputArgs,
+}
+
+/// `tablevault list`.
+#[derive(Args, Debug)]
+pub struct ListArgs {
+    #[command(flatten)]
+    pub store: StoreArgs,
+    #[command(flatten)]
+    pub output: OutputArgs,
+}
+
+fn parse_compression(s: &str) -> Result<Compression, String> {
+    s.parse()
+}
+
+fn parse_mode(s: &str) -> Result<RestoreMode, String> {
+    s.parse()
+}

@@ -1,0 +1,166 @@
+//! Running each command: resolve its accounts and options, call the control plane (with
+//! in-process workers and a progress display when asked), and return a typed outcome.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tablevault_azure::StorageAccount;
+use tablevault_coordinator::backup::{BackupRequest, StatusOptions, default_ranges};
+use tablevault_coordinator::listing::ListEntry;
+use tablevault_coordinator::report::{BackupReport, RestoreReport};
+use tablevault_coordinator::restore::RestoreRequest;
+use tablevault_coordinator::selection::parse_renames;
+use tablevault_coordinator::verify::{VerifyReport, VerifyRequest};
+use tablevault_coordinator::{Error, Result, WatchOptions};
+use tablevault_worker::AccountSet;
+use tablevault_worker::process::shutdown_on_signal;
+
+use crate::args::{
+    AGAINST, BackupArgs, Command, ListArgs, RestoreArgs, SOURCE, StatusArgs, TARGET, VerifyArgs,
+};
+use crate::local_workers::InProcessWorkers;
+use crate::progress::ProgressBar;
+
+/// What a command produced.
+#[derive(Debug)]
+pub enum Outcome {
+    /// `backup` and `status`.
+    Backup(BackupReport),
+    /// `restore`.
+    Restore(RestoreReport),
+    /// `verify`.
+    Verify(VerifyReport),
+    /// `list`.
+    List {
+        /// The container listed.
+        container: String,
+        /// Its backups.
+        backups: Vec<ListEntry>,
+    },
+}
+
+/// Runs a command.
+pub async fn run(command: Command) -> Result<Outcome> {
+    match command {
+        Command::Backup(a) => backup(a).await.map(Outcome::Backup),
+        Command::Status(a) => status(a).await.map(Outcome::Backup),
+        Command::List(a) => list(a).await,
+        Command::Restore(a) => restore(a).await.map(Outcome::Restore),
+        Command::Verify(a) => verify(a).await.map(Outcome::Verify),
+    }
+}
+
+/// Watch settings: `workers` in-process workers holding credentials for `accounts`, a
+/// progress bar unless output is JSON, and Ctrl-C or SIGTERM to stop.
+pub fn watch_options(
+    what: &'static str,
+    workers: usize,
+    accounts: Vec<StorageAccount>,
+    visibility: Duration,
+    json: bool,
+) -> WatchOptions {
+    let shutdown = shutdown_on_signal();
+    let mut opts = WatchOptions::new(shutdown.clone());
+    if workers > 0 {
+        let mut w = InProcessWorkers::new(workers, AccountSet::new(accounts), shutdown);
+        w.visibility = visibility;
+        opts.workers = Some(Arc::new(w));
+    }
+    if !json {
+        opts.progress = Some(Arc::new(ProgressBar::new(what)));
+    }
+    opts
+}
+
+async fn backup(a: BackupArgs) -> Result<BackupReport> {
+    let source = StorageAccount::resolve(a.source.source.as_deref(), SOURCE)?;
+    let location = a.store.location()?;
+    let mut split_keys = a.split_keys.clone();
+    if let Some(file) = &a.split_keys_file {
+        let text = std::fs::read_to_string(file)
+            .map_err(|e| Error::invalid(format!("cannot read {}: {e}", file.display())))?;
+        split_keys.extend(text.lines().filter(|l| !l.is_empty()).map(str::to_string));
+    }
+    let mut req = BackupRequest::new(source.clone());
+    req.tables = a.tables.clone();
+    req.split_keys = split_keys;
+    req.ranges_per_table = a
+        .ranges
+        .map_or_else(|| default_ranges(a.workers as usize), |r| r as usize);
+    req.compression = a.compression;
+    req.blocks_per_blob = a.blocks_per_blob as usize;
+    req.block_bytes = a.block_size as usize;
+    req.max_attempts = a.max_attempts;
+    let opts = watch_options(
+        "backup",
+        a.workers as usize,
+        vec![source],
+        Duration::from_secs(a.visibility_timeout),
+        a.output.json,
+    );
+    tablevault_coordinator::backup::run_backup(&req, &location, &opts).await
+}
+
+async fn status(a: StatusArgs) -> Result<BackupReport> {
+    let location = a.store.location()?;
+    let accounts = if a.workers > 0 {
+        vec![StorageAccount::resolve(a.source.source.as_deref(), SOURCE)?]
+    } else {
+        Vec::new()
+    };
+    let opts = watch_options(
+        "backup",
+        a.workers as usize,
+        accounts,
+        Duration::from_secs(60),
+        a.output.json,
+    );
+    let what = StatusOptions {
+        wait: a.wait,
+        retry_poisoned: a.retry_poisoned,
+    };
+    tablevault_coordinator::backup::status(&location, &a.backup_id, what, &opts).await
+}
+
+async fn restore(a: RestoreArgs) -> Result<RestoreReport> {
+    let location = a.store.location()?;
+    let target = StorageAccount::resolve(a.target.as_deref(), TARGET)?;
+    let mut req = RestoreRequest::new(&a.backup_id, target.clone());
+    req.tables = a.selection.tables.clone();
+    req.renames = parse_renames(&a.selection.rename)?;
+    req.mode = a.mode;
+    req.per_blob_max_bytes = a.per_blob_max_bytes;
+    req.max_attempts = a.max_attempts;
+    let opts = watch_options(
+        "restore",
+        a.workers as usize,
+        vec![target],
+        Duration::from_secs(60),
+        a.output.json,
+    );
+    tablevault_coordinator::restore::run_restore(&req, &location, &opts).await
+}
+
+async fn verify(a: VerifyArgs) -> Result<VerifyReport> {
+    let location = a.store.location()?;
+    let against = match &a.against {
+        Some(c) => Some(StorageAccount::resolve(Some(c), AGAINST)?),
+        None => None,
+    };
+    let req = VerifyRequest {
+        backup_id: a.backup_id.clone(),
+        tables: a.selection.tables.clone(),
+        renames: parse_renames(&a.selection.rename)?,
+        against,
+    };
+    tablevault_coordinator::verify::verify(&location.store()?, &req).await
+}
+
+async fn list(a: ListArgs) -> Result<Outcome> {
+    let location = a.store.location()?;
+    let backups = tablevault_coordinator::listing::list(&location.store()?).await?;
+    Ok(Outcome::List {
+        container: location.container,
+        backups,
+    })
+}

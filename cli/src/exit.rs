@@ -1,0 +1,86 @@
+//! What an outcome or a failure means as an exit code scripts can act on. This is the
+//! only place exit codes are decided.
+
+use tablevault_coordinator::Error;
+use tablevault_coordinator::verify::VerifyStatus;
+use tablevault_core::protocol::JobStatus;
+
+use crate::commands::Outcome;
+
+/// Exit codes of `tablevault`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExitCode {
+    /// Success.
+    Ok = 0,
+    /// Something failed that may work if tried again (service errors, network).
+    Failed = 1,
+    /// The command line or configuration is wrong (also clap's usage errors).
+    Usage = 2,
+    /// The job finished but is incomplete: some tasks were poisoned or batches failed.
+    Incomplete = 3,
+    /// Verification found differences or corrupt data.
+    Mismatch = 4,
+    /// Interrupted by the user; the job can be resumed.
+    Interrupted = 130,
+}
+
+/// The exit code of a command that ran to an outcome.
+pub fn outcome_code(outcome: &Outcome) -> ExitCode {
+    match outcome {
+        Outcome::Backup(r) => match r.status {
+            JobStatus::Incomplete | JobStatus::Failed => ExitCode::Incomplete,
+            JobStatus::Interrupted => ExitCode::Interrupted,
+            JobStatus::Complete | JobStatus::InProgress => ExitCode::Ok,
+        },
+        Outcome::Restore(r) => match r.status {
+            JobStatus::Complete => ExitCode::Ok,
+            JobStatus::Interrupted => ExitCode::Interrupted,
+            _ => ExitCode::Incomplete,
+        },
+        Outcome::Verify(r) => match r.status {
+            VerifyStatus::Ok => ExitCode::Ok,
+            VerifyStatus::Mismatch => ExitCode::Mismatch,
+        },
+        Outcome::List { .. } => ExitCode::Ok,
+    }
+}
+
+/// The exit code of a command that failed.
+pub fn error_code(e: &Error) -> ExitCode {
+    use tablevault_azure::Error as Storage;
+    match e {
+        Error::Invalid(_) | Error::Config(_) => ExitCode::Usage,
+        Error::Storage(Storage::Config(_) | Storage::InvalidRequest { .. }) => ExitCode::Usage,
+        Error::Storage(s) if matches!(s.status(), Some(401 | 403)) => ExitCode::Usage,
+        Error::Storage(_) | Error::Corrupt(_) | Error::Internal(_) => ExitCode::Failed,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn errors_map_to_what_the_user_can_do() {
+        assert_eq!(error_code(&Error::invalid("x")), ExitCode::Usage);
+        let denied = Storage::Service {
+            op: "x",
+            status: 403,
+            code: Some("AuthorizationFailure".into()),
+            message: String::new(),
+            retry_after: None,
+        };
+        assert_eq!(error_code(&Error::Storage(denied)), ExitCode::Usage);
+        let busy = Storage::Service {
+            op: "x",
+            status: 503,
+            code: Some("ServerBusy".into()),
+            message: String::new(),
+            retry_after: None,
+        };
+        assert_eq!(error_code(&Error::Storage(busy)), ExitCode::Failed);
+        assert_eq!(error_code(&Error::Corrupt("x".into())), ExitCode::Failed);
+    }
+
+    use tablevault_azure::Error as Storage;
+}

@@ -1,0 +1,36 @@
+//! The `tablevault` command line over the control plane: arguments ([`args`]), running
+//! each command ([`commands`]), printing its outcome ([`output`]) and turning it into an
+//! exit code ([`exit`]). Workers run in this process with `--workers N`
+//! ([`local_workers`]); the progress bar is [`progress`].
+
+pub mod args;
+pub mod commands;
+pub mod exit;
+pub mod local_workers;
+pub mod output;
+pub mod progress;
+
+use clap::Parser;
+
+pub use args::Cli;
+pub use commands::Outcome;
+
+/// Parses the command line, runs the command, prints its outcome and returns the process
+/// exit code.
+pub async fn main() -> std::process::ExitCode {
+    let cli = Cli::parse();
+    tablevault_worker::process::init_logging(cli.log_format, cli.log_level());
+    let json = cli.command.json();
+    let code = match commands::run(cli.command).await {
+        Ok(outcome) => {
+            output::print_outcome(&outcome, json);
+            exit::outcome_code(&outcome)
+        }
+        Err(e) => {
+            let code = exit::error_code(&e);
+            output::print_error(&e, code, json);
+            code
+        }
+    };
+    std::process::ExitCode::from(code as u8)
+}

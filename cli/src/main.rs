@@ -1,0 +1,10 @@
+//! `tablevault`: the control plane a person or a scheduler runs. See `tablevault --help`.
+
+fn main() -> std::process::ExitCode {
+    tablevault_worker::process::tune_allocator();
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime")
+        .block_on(tablevault_cli::main())
+}

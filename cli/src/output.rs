@@ -1,0 +1,206 @@
+//! Printing outcomes: one JSON object with `--json`, a short human summary otherwise.
+//! Errors go to stderr, or into the JSON object with the exit code.
+
+use serde::Serialize;
+use tablevault_coordinator::Error;
+use tablevault_coordinator::report::{BackupReport, RestoreReport};
+use tablevault_coordinator::verify::{VerifyReport, VerifyStatus};
+use tablevault_core::protocol::JobStatus;
+
+use crate::commands::Outcome;
+use crate::exit::ExitCode;
+
+/// Prints a value as pretty JSON on stdout.
+pub fn print_json<T: Serialize + ?Sized>(value: &T) {
+    println!(
+        "{}",
+        serde_json::to_string_pretty(value).expect("reports serialize")
+    );
+}
+
+/// Prints a command's outcome.
+pub fn print_outcome(outcome: &Outcome, json: bool) {
+    match (outcome, json) {
+        (Outcome::Backup(r), true) => print_json(r),
+        (Outcome::Backup(r), false) => print_backup(r),
+        (Outcome::Restore(r), true) => print_json(r),
+        (Outcome::Restore(r), false) => print_restore(r),
+        (Outcome::Verify(r), true) => print_json(r),
+        (Outcome::Verify(r), false) => print_verify(r),
+        (Outcome::List { container, backups }, true) => {
+            print_json(&serde_json::json!({ "container": container, "backups": backups }))
+        }
+        (Outcome::List { container, backups }, false) => {
+            if backups.is_empty() {
+                println!("no backups in container {container:?}");
+            }
+            for e in backups {
+                println!(
+                    "{}  {:<11}  {}  {} table(s){}",
+                    e.backup_id,
+                    e.status.as_str(),
+                    e.source_account,
+                    e.tables.len(),
+                    e.entities
+                        .map(|n| format!(", {n} entities"))
+                        .unwrap_or_default()
+                );
+            }
+        }
+    }
+}
+
+/// Prints a failure.
+pub fn print_error(e: &Error, code: ExitCode, json: bool) {
+    if json {
+        print_json(&serde_json::json!({ "error": e.to_string(), "exit_code": code as i32 }));
+    } else {
+        eprintln!("error: {e}");
+    }
+}
+
+/// The human summary of a backup.
+pub fn print_backup(r: &BackupReport) {
+    let verb = match r.status {
+        JobStatus::Complete => "complete",
+        JobStatus::Incomplete | JobStatus::Failed => "INCOMPLETE",
+        JobStatus::Interrupted => "interrupted",
+        JobStatus::InProgress => "in progress",
+    };
+    println!(
+        "backup {} {verb}: {} table(s), {} entities, {} stored ({} raw), {}/{} tasks",
+        r.backup_id,
+        r.tables.len(),
+        r.entities,
+        indicatif::HumanBytes(r.stored_bytes),
+        indicatif::HumanBytes(r.raw_bytes),
+        r.tasks_committed,
+        r.tasks_total,
+    );
+    if r.duration_seconds > 0.0 {
+        println!(
+            "  {:.1} s, {:.0} entities/s, {:.2} MB/s",
+            r.duration_seconds, r.entities_per_second, r.mb_per_second
+        );
+    }
+    let width = r.tables.iter().map(|t| t.name.len()).max().unwrap_or(0);
+    for t in &r.tables {
+        println!(
+            "  {:width$}  {:>12} entities  {:>4} ranges  {:>10}",
+            t.name,
+            t.entities,
+            t.ranges,
+            indicatif::HumanBytes(t.stored_bytes).to_string(),
+        );
+    }
+    for p in &r.poisoned {
+        println!("  POISONED {}/{}: {}", p.table, p.task, p.reason);
+    }
+    match r.status {
+        JobStatus::Incomplete => println!(
+            "  the backup is not usable; fix the cause, then `tablevault status {} --retry-poisoned --wait`",
+            r.backup_id
+        ),
+        JobStatus::Interrupted | JobStatus::InProgress => println!(
+            "  resume with `tablevault status {} --wait` (add --workers N to run workers here)",
+            r.backup_id
+        ),
+        _ => {}
+    }
+}
+
+fn counted(n: u64, what: &str) -> String {
+    if n > 0 {
+        format!(", {n} {what}")
+    } else {
+        String::new()
+    }
+}
+
+/// The human summary of a restore.
+pub fn print_restore(r: &RestoreReport) {
+    println!(
+        "restore {} of backup {} ({}): {}, {} entities written in {:.1} s ({:.0} entities/s)",
+        r.restore_id,
+        r.backup_id,
+        r.mode.as_str(),
+        r.status,
+        r.written,
+        r.duration_seconds,
+        r.entities_per_second
+    );
+    for t in &r.tables {
+        println!(
+            "  {} -> {}: {} of {} entities written{}{}{}",
+            t.source,
+            t.target,
+            t.written,
+            t.entities,
+            counted(t.identical, "already identical"),
+            counted(t.skipped, "existing left alone"),
+            counted(t.failed, "FAILED"),
+        );
+    }
+    for f in r.failures.iter().take(20) {
+        let keys: Vec<String> = f.keys.iter().take(5).map(ToString::to_string).collect();
+        println!(
+            "  FAILED batch in {} ({} entities, e.g. {}): {} {}",
+            f.table,
+            f.keys.len(),
+            keys.join(", "),
+            f.code.as_deref().unwrap_or(""),
+            f.message
+        );
+    }
+    if r.failures.len() > 20 {
+        println!(
+            "  … {} more failed batches (see --json)",
+            r.failures.len() - 20
+        );
+    }
+    for p in &r.poisoned {
+        println!("  POISONED {}/{}: {}", p.table, p.task, p.reason);
+    }
+}
+
+/// The human summary of a verification.
+pub fn print_verify(r: &VerifyReport) {
+    println!(
+        "verify backup {}: {}",
+        r.backup_id,
+        if r.status == VerifyStatus::Ok {
+            "OK"
+        } else {
+            "MISMATCH"
+        }
+    );
+    for t in &r.tables {
+        print!(
+            "  {}: {} of {} entities read from {} blocks ({} bad)",
+            t.table, t.entities_read, t.entities_expected, t.blocks, t.bad_blocks
+        );
+        match &t.live_table {
+            Some(live) => println!(
+                "; against {live}: {} missing, {} extra, {} different",
+                t.missing_in_live, t.extra_in_live, t.different
+            ),
+            None => println!(),
+        }
+    }
+    for p in r.problems.iter().take(20) {
+        println!("  PROBLEM: {p}");
+    }
+    for d in r.differences.iter().take(20) {
+        println!(
+            "  {} {} in {}{}",
+            d.kind.as_str().to_uppercase(),
+            d.key,
+            d.table,
+            if d.properties.is_empty() {
+                String::new()
+            } else {
+                format!(": {}", d.properties.join(", "))
+            }
+        );
+    }
+}

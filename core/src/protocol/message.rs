@@ -1,0 +1,237 @@
+//! Task messages: what a queue message asks a worker to do, and its text on the queue
+//! (base64 of JSON, so any key survives the queue's XML). Decoding trusts nothing.
+
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD as BASE64;
+use serde::{Deserialize, Serialize};
+
+use super::ids::{PROTOCOL_VERSION, is_valid_backup_id};
+use crate::keys::KeyRange;
+
+/// What a queue message asks a worker to do.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "lowercase")]
+pub enum TaskKind {
+    /// Scan a key range of a table into blobs.
+    Backup {
+        /// The range.
+        range: KeyRange,
+    },
+    /// Replay one data blob, or one block of it, into a table. The message names the
+    /// target table (`table`); the rest comes from the backup's records.
+    Restore {
+        /// Restore id (under the backup's `restores/`).
+        restore: String,
+        /// Table the data was backed up from.
+        source_table: String,
+        /// Task id of the backed-up range (its commit record holds the blob list).
+        range_task: String,
+        /// Index of the blob in the commit record.
+        blob: usize,
+        /// Index of the block in the blob, or `None` for every block of the blob.
+        block: Option<usize>,
+    },
+}
+
+/// A queue message. Sent as base64 of its JSON, so any key survives the queue's XML.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TaskMessage {
+    /// Protocol version.
+    pub v: u32,
+    /// Container holding the job.
+    pub container: String,
+    /// Backup id.
+    pub job: String,
+    /// Table.
+    pub table: String,
+    /// Task id.
+    pub task: String,
+    /// What to do.
+    #[serde(flatten)]
+    pub kind: TaskKind,
+}
+
+impl TaskMessage {
+    /// The queue text.
+    pub fn encode(&self) -> String {
+        BASE64.encode(serde_json::to_vec(self).expect("task messages serialize"))
+    }
+
+    /// Parses queue text, saying what is wrong with a bad message.
+    pub fn decode(text: &str) -> Result<Self, String> {
+        let bytes = BASE64
+            .decode(text.trim())
+            .map_err(|_| "message is not base64".to_string())?;
+        let value: serde_json::Value =
+            serde_json::from_slice(&bytes).map_err(|e| format!("message is not JSON: {e}"))?;
+        let v = value.get("v").and_then(|v| v.as_u64());
+        if v != Some(PROTOCOL_VERSION as u64) {
+            return Err(format!("unsupported message version {v:?}"));
+        }
+        let msg: TaskMessage =
+            serde_json::from_value(value).map_err(|e| format!("message is malformed: {e}"))?;
+        if !is_valid_backup_id(&msg.job) {
+            return Err(format!("message has an invalid job id {:?}", msg.job));
+        }
+        if !tablevault_azure::table::is_valid_table_name(&msg.table) {
+            return Err(format!("message has an invalid table name {:?}", msg.table));
+        }
+        if !is_valid_backup_id(&msg.task) {
+            return Err(format!("message has an invalid task id {:?}", msg.task));
+        }
+        if let TaskKind::Restore {
+            restore,
+            source_table,
+            range_task,
+            ..
+        } = &msg.kind
+        {
+            if !is_valid_backup_id(restore) || !is_valid_backup_id(range_task) {
+                return Err("message has an invalid restore or range id".into());
+            }
+            if !tablevault_azure::table::is_valid_table_name(source_table) {
+                return Err(format!(
+                    "message has an invalid source table {source_table:?}"
+                ));
+            }
+        }
+        Ok(msg)
+    }
+
+    /// The queue text of this task with the last error recorded, for the next attempt
+    /// (and the poison record, if it comes to that). Kept short so messages stay far
+    /// below the queue's 64 KiB.
+    pub fn encode_with_last_error(&self, why: &str) -> String {
+        let mut value = serde_json::to_value(self).expect("task messages serialize");
+        let why: String = why.chars().take(MAX_LAST_ERROR_CHARS).collect();
+        value["last_error"] = serde_json::Value::String(why);
+        BASE64.encode(value.to_string())
+    }
+}
+
+/// Longest error text a message carries to its next delivery.
+const MAX_LAST_ERROR_CHARS: usize = 1000;
+
+/// The error an earlier delivery of a message recorded in it, if any.
+pub fn last_error(text: &str) -> Option<String> {
+    let bytes = BASE64.decode(text.trim()).ok()?;
+    let v: serde_json::Value = serde_json::from_slice(&bytes).ok()?;
+    v.get("last_error")?.as_str().map(str::to_string)
+}
+
+/// What goes on the poison queue: the original message text, untouched, and why it was
+/// given up. Base64 of JSON, like task messages.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PoisonEntry {
+    /// Why the message was given up.
+    pub reason: String,
+    /// Deliveries so far.
+    pub dequeue_count: u64,
+    /// Job, table and task, when the message could be decoded.
+    pub job: Option<String>,
+    /// Table.
+    pub table: Option<String>,
+    /// Task.
+    pub task: Option<String>,
+    /// The original queue text.
+    pub original: String,
+    /// When.
+    pub at: String,
+    /// Which worker gave up.
+    pub worker: String,
+}
+
+impl PoisonEntry {
+    /// The poison queue text.
+    pub fn encode(&self) -> String {
+        BASE64.encode(serde_json::to_vec(self).expect("poison entries serialize"))
+    }
+
+    /// Reads poison queue text.
+    pub fn decode(text: &str) -> Result<Self, String> {
+        let bytes = BASE64
+            .decode(text.trim())
+            .map_err(|_| "poison entry is not base64".to_string())?;
+        serde_json::from_slice(&bytes).map_err(|e| format!("poison entry is malformed: {e}"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::keys::EntityKey;
+    use crate::protocol::ids::new_backup_id;
+
+    fn task() -> TaskMessage {
+        TaskMessage {
+            v: PROTOCOL_VERSION,
+            container: "tablevault".into(),
+            job: new_backup_id(),
+            table: "Orders".into(),
+            task: "r0003".into(),
+            kind: TaskKind::Backup {
+                range: KeyRange::new(Some(EntityKey::new("a<&>'\"\u{0}", "")), None),
+            },
+        }
+    }
+
+    #[test]
+    fn messages_round_trip_and_bad_ones_say_why() {
+        let m = task();
+        assert_eq!(TaskMessage::decode(&m.encode()).unwrap(), m);
+        assert!(TaskMessage::decode("%%%").unwrap_err().contains("base64"));
+        assert!(
+            TaskMessage::decode(&BASE64.encode("{"))
+                .unwrap_err()
+                .contains("JSON")
+        );
+        assert!(
+            TaskMessage::decode(&BASE64.encode(r#"{"v":9}"#))
+                .unwrap_err()
+                .contains("version")
+        );
+        let mut bad = serde_json::to_value(&m).unwrap();
+        bad["table"] = "../../x".into();
+        assert!(
+            TaskMessage::decode(&BASE64.encode(bad.to_string()))
+                .unwrap_err()
+                .contains("table")
+        );
+        let mut bad = serde_json::to_value(&m).unwrap();
+        bad["job"] = "../x".into();
+        assert!(
+            TaskMessage::decode(&BASE64.encode(bad.to_string()))
+                .unwrap_err()
+                .contains("job")
+        );
+    }
+
+    #[test]
+    fn last_error_travels_in_the_message() {
+        let t = task();
+        let text = t.encode_with_last_error("HTTP 503 ServerBusy");
+        assert_eq!(TaskMessage::decode(&text).unwrap(), t, "still a valid task");
+        assert_eq!(last_error(&text).as_deref(), Some("HTTP 503 ServerBusy"));
+        assert_eq!(last_error(&t.encode()), None);
+        let long = "x".repeat(5000);
+        assert_eq!(
+            last_error(&t.encode_with_last_error(&long)).map(|s| s.len()),
+            Some(MAX_LAST_ERROR_CHARS)
+        );
+    }
+
+    #[test]
+    fn poison_entries_keep_the_original_text() {
+        let e = PoisonEntry {
+            reason: "bad".into(),
+            dequeue_count: 3,
+            job: None,
+            table: None,
+            task: None,
+            original: "not a task <&>".into(),
+            at: "now".into(),
+            worker: "w".into(),
+        };
+        assert_eq!(PoisonEntry::decode(&e.encode()).unwrap(), e);
+    }
+}

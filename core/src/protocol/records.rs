@@ -1,0 +1,381 @@
+//! The files of a job: the backup plan (`job.json`), commit and poison records, the
+//! manifest, and a restore's plan and per-task records. All are JSON; none holds a secret
+//! (accounts are named, never authenticated).
+
+use serde::{Deserialize, Serialize};
+
+use tablevault_azure::{ConfigError, Service, StorageAccount};
+
+use crate::format::Compression;
+use crate::keys::{EntityKey, KeyRange};
+
+/// Where a table lives (no secrets).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AccountRef {
+    /// Account name.
+    pub account: String,
+    /// Table service endpoint, as the coordinator used it.
+    pub table_endpoint: String,
+}
+
+impl AccountRef {
+    /// How a job names an account: its name and Table endpoint, never its credentials.
+    pub fn of(account: &StorageAccount) -> Result<Self, ConfigError> {
+        Ok(AccountRef {
+            account: account.name().to_string(),
+            table_endpoint: account
+                .endpoint(Service::Table)?
+                .as_str()
+                .trim_end_matches('/')
+                .to_string(),
+        })
+    }
+}
+
+/// Backup settings every worker must apply the same way.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BackupOptions {
+    /// Block compression.
+    pub compression: Compression,
+    /// Blocks per data blob (under 50,000).
+    pub blocks_per_blob: usize,
+    /// Uncompressed block size at which a block is sealed.
+    pub block_bytes: usize,
+    /// Restore-request budget of one batch.
+    pub batch_bytes: usize,
+    /// Deliveries after which a task is poisoned.
+    pub max_attempts: u64,
+    /// The task queue.
+    pub queue: String,
+}
+
+/// One planned task.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PlannedTask {
+    /// Task id, unique within the table.
+    pub task: String,
+    /// The key range it covers.
+    pub range: KeyRange,
+}
+
+/// The plan for one table.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TablePlan {
+    /// Table name.
+    pub name: String,
+    /// How the ranges were chosen (`split-keys`, `discovered`, `whole`).
+    pub planning: String,
+    /// The tasks; their ranges tile the key space.
+    pub tasks: Vec<PlannedTask>,
+}
+
+/// `job.json`: everything a worker needs to run a task of this backup.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BackupJob {
+    /// Version of this file's layout.
+    pub protocol: u32,
+    /// Format version of the data blobs.
+    pub format: u32,
+    /// Backup id.
+    pub backup_id: String,
+    /// When the plan was made.
+    pub created_at: String,
+    /// Source account.
+    pub source: AccountRef,
+    /// Settings.
+    pub options: BackupOptions,
+    /// Tables and their tasks.
+    pub tables: Vec<TablePlan>,
+    /// Version of the tablevault that planned it.
+    pub tool_version: String,
+}
+
+impl BackupJob {
+    /// The plan of one table.
+    pub fn table(&self, name: &str) -> Option<&TablePlan> {
+        self.tables.iter().find(|t| t.name == name)
+    }
+
+    /// Total planned tasks.
+    pub fn task_count(&self) -> usize {
+        self.tables.iter().map(|t| t.tasks.len()).sum()
+    }
+}
+
+/// How restored entities meet entities already in the target table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum RestoreMode {
+    /// Insert or replace: the backup wins; safe under redelivery.
+    #[default]
+    Upsert,
+    /// Insert or merge: backed-up properties win, other existing properties stay.
+    Merge,
+    /// Insert only; entities that exist are left alone.
+    InsertSkip,
+    /// Insert only; an existing entity that differs from the backup is a failure.
+    InsertFail,
+}
+
+impl RestoreMode {
+    /// The name on the command line and in files.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RestoreMode::Upsert => "upsert",
+            RestoreMode::Merge => "merge",
+            RestoreMode::InsertSkip => "insert-skip",
+            RestoreMode::InsertFail => "insert-fail",
+        }
+    }
+}
+
+impl std::str::FromStr for RestoreMode {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "upsert" => Ok(RestoreMode::Upsert),
+            "merge" => Ok(RestoreMode::Merge),
+            "insert-skip" => Ok(RestoreMode::InsertSkip),
+            "insert-fail" => Ok(RestoreMode::InsertFail),
+            other => Err(format!(
+                "unknown mode {other:?} (upsert, merge, insert-skip or insert-fail)"
+            )),
+        }
+    }
+}
+
+/// One table of a restore.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RestoreTable {
+    /// Table in the backup.
+    pub source: String,
+    /// Table written to.
+    pub target: String,
+    /// Entities the backup holds for it.
+    pub entities: u64,
+    /// Tasks it was cut into.
+    pub tasks: u64,
+}
+
+/// `restores/<restore>/job.json`: a restore's plan.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RestoreJob {
+    /// Version of this file's layout.
+    pub protocol: u32,
+    /// Format version of the backup.
+    pub format: u32,
+    /// Restore id.
+    pub restore_id: String,
+    /// Backup id.
+    pub backup_id: String,
+    /// When it was planned.
+    pub created_at: String,
+    /// Account written to.
+    pub target: AccountRef,
+    /// How existing entities are treated.
+    pub mode: RestoreMode,
+    /// Block compression of the backup.
+    pub compression: Compression,
+    /// Blobs whose blocks hold at most this many uncompressed bytes in all are restored
+    /// by one task; larger blobs get one task per block.
+    pub per_blob_max_bytes: u64,
+    /// Deliveries after which a task is poisoned.
+    pub max_attempts: u64,
+    /// Tables.
+    pub tables: Vec<RestoreTable>,
+    /// Version of the tablevault that planned it.
+    pub tool_version: String,
+}
+
+/// A batch that could not be written, with everything needed to act on it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BatchFailure {
+    /// Keys of the entities not written.
+    pub keys: Vec<EntityKey>,
+    /// HTTP status of the failure (409 for insert-fail conflicts).
+    pub status: u16,
+    /// The service's error code, or `Conflict` for an insert-fail conflict.
+    pub code: Option<String>,
+    /// The service's reason.
+    pub message: String,
+}
+
+/// `restores/<restore>/done/<table>/<task>.json`: what one restore task did.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RestoreRecord {
+    /// Restore id.
+    pub restore: String,
+    /// Table read from the backup.
+    pub source_table: String,
+    /// Table written.
+    pub target_table: String,
+    /// Task id.
+    pub task: String,
+    /// Attempt id.
+    pub attempt: String,
+    /// Entities in the task's blocks.
+    pub entities: u64,
+    /// Entities written by this attempt.
+    pub written: u64,
+    /// Entities already present and identical to the backup (insert modes).
+    pub identical: u64,
+    /// Entities present, different and left alone (`insert-skip`).
+    pub skipped: u64,
+    /// Entities in batches that failed.
+    pub failed: u64,
+    /// Entity group transactions sent successfully.
+    pub batches: u64,
+    /// The failed batches.
+    pub failures: Vec<BatchFailure>,
+    /// When the attempt started.
+    pub started_at: String,
+    /// When it finished.
+    pub finished_at: String,
+    /// Which worker ran it.
+    pub worker: String,
+}
+
+/// One block inside a data blob.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BlockRecord {
+    /// Block id within the blob.
+    pub id: String,
+    /// Byte offset in the blob.
+    pub offset: u64,
+    /// Stored length.
+    pub length: u64,
+    /// Uncompressed XML length.
+    pub raw_length: u64,
+    /// Entities.
+    pub entities: u64,
+    /// Batches.
+    pub batches: u64,
+    /// Hex SHA-256 of the stored bytes.
+    pub sha256: String,
+    /// First entity's key.
+    pub first_key: EntityKey,
+    /// Last entity's key.
+    pub last_key: EntityKey,
+}
+
+/// One data blob.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BlobRecord {
+    /// Blob name.
+    pub name: String,
+    /// Entities in all its blocks.
+    pub entities: u64,
+    /// Stored size.
+    pub length: u64,
+    /// Its blocks, in order.
+    pub blocks: Vec<BlockRecord>,
+}
+
+/// `tasks/<table>/<task>.json`: what the winning attempt of a task wrote.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CommitRecord {
+    /// Format version of the data.
+    pub format: u32,
+    /// Backup id.
+    pub job: String,
+    /// Table.
+    pub table: String,
+    /// Task id.
+    pub task: String,
+    /// The attempt whose blobs these are.
+    pub attempt: String,
+    /// The key range scanned.
+    pub range: KeyRange,
+    /// Entities written.
+    pub entities: u64,
+    /// Uncompressed bytes.
+    pub raw_bytes: u64,
+    /// Stored bytes.
+    pub stored_bytes: u64,
+    /// Data blobs, in key order.
+    pub blobs: Vec<BlobRecord>,
+    /// When the attempt started scanning.
+    pub started_at: String,
+    /// When it committed.
+    pub finished_at: String,
+    /// Which worker ran it (host and process).
+    pub worker: String,
+}
+
+/// `poison/<table>/<task>.json`: why a task was given up.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PoisonRecord {
+    /// Backup id.
+    pub job: String,
+    /// Table.
+    pub table: String,
+    /// Task id.
+    pub task: String,
+    /// Why.
+    pub reason: String,
+    /// Deliveries so far.
+    pub dequeue_count: u64,
+    /// When.
+    pub at: String,
+    /// Which worker gave up.
+    pub worker: String,
+}
+
+/// One range of a table in the manifest.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ManifestRange {
+    /// Task id.
+    pub task: String,
+    /// Key range.
+    pub range: KeyRange,
+    /// Entities.
+    pub entities: u64,
+    /// Blob name of the commit record listing its blobs and blocks.
+    pub commit: String,
+}
+
+/// One table in the manifest.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ManifestTable {
+    /// Table name.
+    pub name: String,
+    /// Entities.
+    pub entities: u64,
+    /// Uncompressed bytes.
+    pub raw_bytes: u64,
+    /// Stored bytes.
+    pub stored_bytes: u64,
+    /// Data blobs.
+    pub blobs: u64,
+    /// Blocks.
+    pub blocks: u64,
+    /// Ranges in key order; they tile the key space.
+    pub ranges: Vec<ManifestRange>,
+}
+
+/// `manifest.json`: written last. Its presence means the backup is complete.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Manifest {
+    /// Format version of the data.
+    pub format: u32,
+    /// Backup id.
+    pub backup_id: String,
+    /// When the plan was made.
+    pub created_at: String,
+    /// When the manifest was written.
+    pub completed_at: String,
+    /// Source account.
+    pub source: AccountRef,
+    /// Block compression.
+    pub compression: Compression,
+    /// Tables.
+    pub tables: Vec<ManifestTable>,
+    /// Entities in all tables.
+    pub entities: u64,
+    /// Uncompressed bytes in all tables.
+    pub raw_bytes: u64,
+    /// Stored bytes in all tables.
+    pub stored_bytes: u64,
+    /// Version of the tablevault that finalized it.
+    pub tool_version: String,
+}

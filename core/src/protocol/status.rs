@@ -1,0 +1,67 @@
+//! Where a job stands, as one typed value shared by every view of it (reports, `status`,
+//! `list`) instead of strings spelled in many places.
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+/// The state of a backup or restore job.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum JobStatus {
+    /// Tasks are still outstanding.
+    InProgress,
+    /// Every task finished and the job's result is whole (a backup has its manifest).
+    Complete,
+    /// Every task that could finish did, but some were poisoned: the backup is not
+    /// usable until they are retried.
+    Incomplete,
+    /// A restore finished with failed batches or poisoned tasks.
+    Failed,
+    /// The command watching the job was stopped; the job can be resumed.
+    Interrupted,
+}
+
+impl JobStatus {
+    /// The name used in reports and JSON.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            JobStatus::InProgress => "in-progress",
+            JobStatus::Complete => "complete",
+            JobStatus::Incomplete => "incomplete",
+            JobStatus::Failed => "failed",
+            JobStatus::Interrupted => "interrupted",
+        }
+    }
+}
+
+impl fmt::Display for JobStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Lets tests and callers compare with the JSON spelling.
+impl PartialEq<&str> for JobStatus {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn serializes_as_reported() {
+        for s in [
+            JobStatus::InProgress,
+            JobStatus::Complete,
+            JobStatus::Incomplete,
+            JobStatus::Failed,
+            JobStatus::Interrupted,
+        ] {
+            assert_eq!(serde_json::to_value(s).unwrap(), s.as_str());
+        }
+    }
+}

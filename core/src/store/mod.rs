@@ -1,0 +1,302 @@
+//! The one owner of what lies under a backup: paths, JSON records (job files, commit,
+//! poison and restore records, manifests), data blocks written and read back. Coordinators
+//! and workers touch backup storage only through a [`Store`], so the rules for reading and
+//! writing it (create-only commits, strict decoding, checksums) live in one place.
+
+mod paths;
+mod reader;
+mod storage;
+mod writer;
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use futures::StreamExt;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use tablevault_azure::blob::{BlobClient, PutOptions};
+
+pub use paths::BackupPaths;
+pub use reader::decode_checked;
+pub use storage::BlobStorage;
+pub use writer::BlockWriter;
+
+use crate::format::{Compression, DecodedBlock};
+use crate::protocol::{BackupJob, BlockRecord, CommitRecord, Manifest, RestoreJob};
+
+/// Why something under a backup could not be read or written.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// Storage failed; [`tablevault_azure::Error::is_retryable`] says whether trying
+    /// again can help.
+    #[error(transparent)]
+    Storage(#[from] tablevault_azure::Error),
+    /// The data is damaged or not what the records say; retrying will not help.
+    #[error("{0}")]
+    Corrupt(String),
+}
+
+impl StoreError {
+    /// The HTTP status, when storage answered with an error.
+    pub fn status(&self) -> Option<u16> {
+        match self {
+            StoreError::Storage(e) => e.status(),
+            StoreError::Corrupt(_) => None,
+        }
+    }
+}
+
+/// Shorthand for store results.
+pub type Result<T, E = StoreError> = std::result::Result<T, E>;
+
+/// The outcome of a create-only write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CreateOutcome {
+    /// This write created the record.
+    Created,
+    /// A record was already there; it was left untouched.
+    AlreadyExists,
+}
+
+/// `(table, task)`: which task a record belongs to.
+pub type RecordKey = (String, String);
+
+/// Everything under the backups of one container.
+#[derive(Clone)]
+pub struct Store {
+    blobs: Arc<dyn BlobStorage>,
+}
+
+impl Store {
+    /// A store over any blob storage.
+    pub fn new(blobs: Arc<dyn BlobStorage>) -> Self {
+        Store { blobs }
+    }
+
+    /// A store over an Azure container.
+    pub fn azure(client: BlobClient) -> Self {
+        Store::new(Arc::new(client))
+    }
+
+    /// The container's name.
+    pub fn container(&self) -> &str {
+        self.blobs.container()
+    }
+
+    /// The blob storage underneath.
+    pub fn blobs(&self) -> &Arc<dyn BlobStorage> {
+        &self.blobs
+    }
+
+    /// Creates the container; `false` if it already existed.
+    pub async fn create_container(&self) -> Result<bool> {
+        Ok(self.blobs.create_container().await?)
+    }
+
+    /// Reads a JSON record; `None` if it does not exist.
+    pub async fn read<T: DeserializeOwned>(&self, path: &str) -> Result<Option<T>> {
+        let Some(bytes) = self.blobs.get(path).await? else {
+            return Ok(None);
+        };
+        serde_json::from_slice(&bytes)
+            .map(Some)
+            .map_err(|e| StoreError::Corrupt(format!("{path} is unreadable: {e}")))
+    }
+
+    /// Writes a JSON record only if none exists (`If-None-Match: *`), with blob metadata.
+    pub async fn create<T: Serialize>(
+        &self,
+        path: &str,
+        value: &T,
+        metadata: Vec<(String, String)>,
+    ) -> Result<CreateOutcome> {
+        let options = PutOptions {
+            metadata,
+            content_type: Some("application/json".into()),
+            if_none_match: true,
+        };
+        match self.blobs.put_blob(path, json(value), &options).await {
+            Ok(_) => Ok(CreateOutcome::Created),
+            Err(e) if e.has_code("BlobAlreadyExists") || e.status() == Some(412) => {
+                Ok(CreateOutcome::AlreadyExists)
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Writes a JSON record, replacing any earlier version (reports).
+    pub async fn overwrite<T: Serialize>(&self, path: &str, value: &T) -> Result<()> {
+        let options = PutOptions {
+            content_type: Some("application/json".into()),
+            ..PutOptions::default()
+        };
+        self.blobs.put_blob(path, json(value), &options).await?;
+        Ok(())
+    }
+
+    /// Writes a small marker blob (replacing any earlier one).
+    pub async fn mark(&self, path: &str, text: &str) -> Result<()> {
+        self.blobs
+            .put_blob(
+                path,
+                Bytes::copy_from_slice(text.as_bytes()),
+                &PutOptions::default(),
+            )
+            .await?;
+        Ok(())
+    }
+
+    /// Whether a blob exists.
+    pub async fn exists(&self, path: &str) -> Result<bool> {
+        Ok(self.blobs.properties(path).await?.is_some())
+    }
+
+    /// Deletes a blob; `false` if it did not exist.
+    pub async fn delete(&self, path: &str) -> Result<bool> {
+        Ok(self.blobs.delete(path).await?)
+    }
+
+    /// Deletes blobs, best effort: what cannot be deleted now is collected when the backup
+    /// is finalized.
+    pub async fn delete_unreferenced(&self, names: &[String]) {
+        // Owned names and storage handles: the future stays `Send` for any caller.
+        let results: Vec<_> = futures::stream::iter(names.to_vec())
+            .map(|name| {
+                let blobs = self.blobs.clone();
+                async move { (blobs.delete(&name).await, name) }
+            })
+            .buffer_unordered(16)
+            .collect()
+            .await;
+        for (r, name) in results {
+            if let Err(e) = r {
+                tracing::warn!(blob = %name, error = %e, "could not delete an unreferenced blob; finalize will collect it");
+            }
+        }
+    }
+
+    /// Names of every blob under `prefix`.
+    pub async fn list_names(&self, prefix: &str) -> Result<Vec<String>> {
+        Ok(self
+            .blobs
+            .list(prefix, None)
+            .await?
+            .blobs
+            .into_iter()
+            .map(|b| b.name)
+            .collect())
+    }
+
+    /// The virtual directories directly under `prefix` (without their trailing `/`).
+    pub async fn list_dirs(&self, prefix: &str) -> Result<Vec<String>> {
+        Ok(self
+            .blobs
+            .list(prefix, Some("/"))
+            .await?
+            .prefixes
+            .into_iter()
+            .map(|p| p.trim_end_matches('/').to_string())
+            .collect())
+    }
+
+    /// Reads the records `<prefix><table>/<task>.json` that `known` does not have yet:
+    /// commit and poison records of a backup, done and poison records of a restore.
+    /// Records are only ever added, so each is read once.
+    pub async fn load_new_records<T: DeserializeOwned>(
+        &self,
+        prefix: &str,
+        known: impl Fn(&RecordKey) -> bool,
+    ) -> Result<Vec<(RecordKey, T)>> {
+        let new: Vec<(RecordKey, String)> = self
+            .list_names(prefix)
+            .await?
+            .into_iter()
+            .filter_map(|name| parse_record_name(&name, prefix).map(|k| (k, name)))
+            .filter(|(k, _)| !known(k))
+            .collect();
+        let loaded: Vec<Result<Option<(RecordKey, T)>>> = futures::stream::iter(new)
+            .map(|(key, name)| async move {
+                // `None`: deleted since the listing (a retried poison record).
+                Ok(self.read::<T>(&name).await?.map(|r| (key, r)))
+            })
+            .buffer_unordered(16)
+            .collect()
+            .await;
+        loaded.into_iter().filter_map(Result::transpose).collect()
+    }
+
+    /// A backup's plan; `None` if there is no such backup.
+    pub async fn backup_job(&self, id: &str) -> Result<Option<BackupJob>> {
+        self.read(&BackupPaths::new(id).job()).await
+    }
+
+    /// A backup's manifest; `None` while the backup is not complete.
+    pub async fn manifest(&self, id: &str) -> Result<Option<Manifest>> {
+        self.read(&BackupPaths::new(id).manifest()).await
+    }
+
+    /// A restore's plan; `None` if there is no such restore.
+    pub async fn restore_job(&self, backup: &str, restore: &str) -> Result<Option<RestoreJob>> {
+        self.read(&BackupPaths::new(backup).restore_job(restore))
+            .await
+    }
+
+    /// A commit record that a manifest or a task names; its absence is an error (the
+    /// backup's data is gone).
+    pub async fn commit_record(&self, path: &str) -> Result<CommitRecord> {
+        self.read(path).await?.ok_or_else(|| {
+            StoreError::Storage(tablevault_azure::Error::Service {
+                op: "Read Commit Record",
+                status: 404,
+                code: Some("BlobNotFound".into()),
+                message: format!("{path} does not exist"),
+                retry_after: None,
+            })
+        })
+    }
+
+    /// Fetches one block with a ranged read and decodes it, verifying checksum, size,
+    /// counts and key bounds against its record.
+    pub async fn read_block(
+        &self,
+        blob: &str,
+        block: &BlockRecord,
+        compression: Compression,
+    ) -> Result<DecodedBlock> {
+        let data = self
+            .blobs
+            .get_range(blob, block.offset, block.length)
+            .await?;
+        decode_checked(&data, blob, block, compression)
+    }
+}
+
+fn json<T: Serialize>(value: &T) -> Bytes {
+    Bytes::from(serde_json::to_vec_pretty(value).expect("records serialize"))
+}
+
+/// `(table, task)` from `<prefix><table>/<task>.json`.
+fn parse_record_name(name: &str, prefix: &str) -> Option<RecordKey> {
+    let rest = name.strip_prefix(prefix)?;
+    let (table, file) = rest.split_once('/')?;
+    let task = file.strip_suffix(".json")?;
+    Some((table.to_string(), task.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn record_names() {
+        assert_eq!(
+            parse_record_name("b1/tasks/Orders/r0001.json", "b1/tasks/"),
+            Some(("Orders".into(), "r0001".into()))
+        );
+        assert_eq!(parse_record_name("b1/tasks/Orders/x", "b1/tasks/"), None);
+        assert_eq!(
+            parse_record_name("b2/tasks/Orders/r.json", "b1/tasks/"),
+            None
+        );
+    }
+}

@@ -1,0 +1,178 @@
+//! Writes the sealed blocks of one attempt into data blobs: each block is uploaded as it
+//! arrives (at most two in flight), and a blob is committed with its metadata once it
+//! holds `blocks_per_blob` blocks. It remembers every block's place, size, count and
+//! checksum for the commit record.
+
+use std::sync::Arc;
+
+use tablevault_azure::Error;
+use tablevault_azure::blob::PutOptions;
+use tablevault_azure::error::TransportKind;
+use tokio::task::JoinSet;
+
+use super::{BackupPaths, BlobStorage, Store};
+use crate::format::{Compression, FORMAT_VERSION, SealedBlock};
+use crate::protocol::{BlobRecord, BlockRecord};
+
+/// Uploads in flight per attempt; with the block being built and the one queued this
+/// bounds an attempt's block memory at about four blocks.
+const MAX_INFLIGHT: usize = 2;
+
+/// Most blocks the service lets one blob commit is 50,000.
+const MAX_BLOCKS_PER_BLOB: usize = 49_999;
+
+/// Block ids are fixed-width: the service needs every id of a blob to have one length.
+fn block_id(index: usize) -> String {
+    format!("{index:08}")
+}
+
+/// Writer of one attempt's data blobs, under `<id>/data/<table>/<task>/<attempt>/`.
+pub struct BlockWriter {
+    blobs: Arc<dyn BlobStorage>,
+    paths: BackupPaths,
+    table: String,
+    task: String,
+    attempt: String,
+    compression: Compression,
+    blocks_per_blob: usize,
+    blob_index: usize,
+    blocks: Vec<BlockRecord>,
+    offset: u64,
+    inflight: JoinSet<Result<(), Error>>,
+    committed: Vec<BlobRecord>,
+}
+
+impl Store {
+    /// A writer for one attempt of one task.
+    pub fn block_writer(
+        &self,
+        paths: &BackupPaths,
+        table: &str,
+        task: &str,
+        attempt: &str,
+        compression: Compression,
+        blocks_per_blob: usize,
+    ) -> BlockWriter {
+        BlockWriter {
+            blobs: self.blobs().clone(),
+            paths: paths.clone(),
+            table: table.to_string(),
+            task: task.to_string(),
+            attempt: attempt.to_string(),
+            compression,
+            blocks_per_blob: blocks_per_blob.clamp(1, MAX_BLOCKS_PER_BLOB),
+            blob_index: 0,
+            blocks: Vec::new(),
+            offset: 0,
+            inflight: JoinSet::new(),
+            committed: Vec::new(),
+        }
+    }
+}
+
+impl BlockWriter {
+    fn current_blob(&self) -> String {
+        self.paths
+            .data_blob(&self.table, &self.task, &self.attempt, self.blob_index)
+    }
+
+    async fn join_one(&mut self) -> Result<(), Error> {
+        match self.inflight.join_next().await {
+            Some(Ok(r)) => r,
+            Some(Err(join)) => Err(Error::Transport {
+                op: "Put Block",
+                kind: TransportKind::Interrupted,
+                detail: format!("upload task ended abnormally: {join}"),
+            }),
+            None => Ok(()),
+        }
+    }
+
+    /// Uploads a block (returns once at most two uploads are in flight).
+    pub async fn add(&mut self, block: SealedBlock) -> Result<(), Error> {
+        while self.inflight.len() >= MAX_INFLIGHT {
+            self.join_one().await?;
+        }
+        let id = block_id(self.blocks.len());
+        let length = block.data.len() as u64;
+        self.blocks.push(BlockRecord {
+            id: id.clone(),
+            offset: self.offset,
+            length,
+            raw_length: block.raw_len as u64,
+            entities: block.entities as u64,
+            batches: block.batches as u64,
+            sha256: block.sha256,
+            first_key: block.first_key,
+            last_key: block.last_key,
+        });
+        self.offset += length;
+        let blobs = self.blobs.clone();
+        let blob = self.current_blob();
+        let data = block.data;
+        self.inflight
+            .spawn(async move { blobs.put_block(&blob, &id, data).await });
+        if self.blocks.len() >= self.blocks_per_blob {
+            self.commit_blob().await?;
+        }
+        Ok(())
+    }
+
+    async fn commit_blob(&mut self) -> Result<(), Error> {
+        while !self.inflight.is_empty() {
+            self.join_one().await?;
+        }
+        if self.blocks.is_empty() {
+            return Ok(());
+        }
+        let name = self.current_blob();
+        let ids: Vec<String> = self.blocks.iter().map(|b| b.id.clone()).collect();
+        let entities: u64 = self.blocks.iter().map(|b| b.entities).sum();
+        let options = PutOptions {
+            metadata: vec![
+                ("tvformat".into(), FORMAT_VERSION.to_string()),
+                (
+                    "tvcompression".into(),
+                    self.compression.as_str().to_string(),
+                ),
+                ("tvtable".into(), self.table.clone()),
+                ("tvtask".into(), self.task.clone()),
+                ("tvattempt".into(), self.attempt.clone()),
+                ("tventities".into(), entities.to_string()),
+                ("tvblocks".into(), ids.len().to_string()),
+            ],
+            content_type: Some("application/vnd.tablevault.blocks".into()),
+            if_none_match: false,
+        };
+        self.blobs.put_block_list(&name, &ids, &options).await?;
+        self.committed.push(BlobRecord {
+            name,
+            entities,
+            length: self.offset,
+            blocks: std::mem::take(&mut self.blocks),
+        });
+        self.blob_index += 1;
+        self.offset = 0;
+        Ok(())
+    }
+
+    /// Commits the last partial blob and returns every blob written.
+    pub async fn finish(mut self) -> Result<Vec<BlobRecord>, Error> {
+        self.commit_blob().await?;
+        Ok(self.committed)
+    }
+
+    /// Names of the blobs committed so far (for cleanup after a failure).
+    pub fn committed_names(&self) -> Vec<String> {
+        self.committed.iter().map(|b| b.name.clone()).collect()
+    }
+
+    /// Abandons the attempt: waits for uploads in flight and deletes committed blobs.
+    /// Uncommitted blocks cannot be deleted; the service discards them after a week.
+    pub async fn abandon(mut self) {
+        while self.inflight.join_next().await.is_some() {}
+        Store::new(self.blobs.clone())
+            .delete_unreferenced(&self.committed_names())
+            .await;
+    }
+}

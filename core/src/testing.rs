@@ -1,0 +1,513 @@
+//! In-memory fakes of blob storage and the task queue, for unit tests of the protocol's
+//! steps (leases, settling, commits, block writing) where Azurite cannot produce the fault
+//! under test: an answer lost after the write landed, a 409 on a retried create, a stale
+//! pop receipt at a chosen moment. Visibility timeouts follow tokio's clock, so tests can
+//! pause and advance time.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use tablevault_azure::blob::{BlobItem, BlobProperties, ListPage, PutOptions};
+use tablevault_azure::error::TransportKind;
+use tablevault_azure::{Error, Result};
+use tokio::time::Instant;
+
+use crate::queue::{ReceivedMessage, TaskQueue};
+use crate::store::BlobStorage;
+
+/// Which operation a scripted fault applies to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Op {
+    /// Put Block.
+    PutBlock,
+    /// Put Block List.
+    PutBlockList,
+    /// Put Blob.
+    PutBlob,
+    /// Get Blob (whole or ranged).
+    Get,
+    /// Get Blob Properties.
+    Properties,
+    /// Delete Blob.
+    Delete,
+    /// List Blobs.
+    List,
+    /// Put Message.
+    Put,
+    /// Get Messages.
+    Receive,
+    /// Update Message.
+    Update,
+    /// Delete Message.
+    DeleteMessage,
+}
+
+/// When a scripted fault strikes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Strike {
+    /// The request fails before it reaches the service: nothing happened.
+    Before,
+    /// The service applies the request, then the answer is lost.
+    After,
+}
+
+#[derive(Debug)]
+struct Fault {
+    op: Op,
+    path: String,
+    strike: Strike,
+    error: Error,
+}
+
+/// Faults to inject, matched in order by operation and a path fragment.
+#[derive(Debug, Default)]
+struct Faults(Mutex<VecDeque<Fault>>);
+
+impl Faults {
+    fn add(&self, op: Op, path: &str, strike: Strike, error: Error) {
+        self.0.lock().expect("faults").push_back(Fault {
+            op,
+            path: path.to_string(),
+            strike,
+            error,
+        });
+    }
+
+    /// Takes the first fault for `op` whose fragment `path` contains.
+    fn take(&self, op: Op, path: &str) -> Option<(Strike, Error)> {
+        let mut faults = self.0.lock().expect("faults");
+        let i = faults
+            .iter()
+            .position(|f| f.op == op && path.contains(&f.path))?;
+        let f = faults.remove(i)?;
+        Some((f.strike, f.error))
+    }
+}
+
+/// A reset connection: the request may or may not have been applied.
+pub fn reset(op: &'static str) -> Error {
+    Error::Transport {
+        op,
+        kind: TransportKind::Interrupted,
+        detail: "connection reset (injected)".into(),
+    }
+}
+
+/// A 503 ServerBusy: the service refused before doing anything.
+pub fn busy(op: &'static str) -> Error {
+    service(op, 503, "ServerBusy")
+}
+
+/// A service error with a status and code.
+pub fn service(op: &'static str, status: u16, code: &str) -> Error {
+    Error::Service {
+        op,
+        status,
+        code: Some(code.to_string()),
+        message: format!("{code} (injected)"),
+        retry_after: None,
+    }
+}
+
+#[derive(Debug, Clone)]
+struct StoredBlob {
+    data: Bytes,
+    metadata: BTreeMap<String, String>,
+    etag: u64,
+}
+
+/// Blob storage in memory, with scriptable faults.
+#[derive(Debug, Default)]
+pub struct MemoryBlobs {
+    container: String,
+    blobs: Mutex<BTreeMap<String, StoredBlob>>,
+    staged: Mutex<HashMap<(String, String), Bytes>>,
+    calls: Mutex<HashMap<Op, usize>>,
+    faults: Faults,
+}
+
+impl MemoryBlobs {
+    /// An empty container.
+    pub fn new(container: &str) -> Self {
+        MemoryBlobs {
+            container: container.to_string(),
+            ..Default::default()
+        }
+    }
+
+    /// Makes the next `op` on a blob whose name contains `path` fail with `error`,
+    /// before or after applying it.
+    pub fn fail(&self, op: Op, path: &str, strike: Strike, error: Error) {
+        self.faults.add(op, path, strike, error);
+    }
+
+    /// A blob's bytes, if it exists.
+    pub fn blob(&self, name: &str) -> Option<Bytes> {
+        self.blobs
+            .lock()
+            .expect("blobs")
+            .get(name)
+            .map(|b| b.data.clone())
+    }
+
+    /// Replaces (or creates) a blob's bytes, as a test's tampering.
+    pub fn tamper(&self, name: &str, data: Bytes) {
+        let mut blobs = self.blobs.lock().expect("blobs");
+        let etag = blobs.values().map(|b| b.etag).max().unwrap_or(0) + 1;
+        blobs.insert(
+            name.to_string(),
+            StoredBlob {
+                data,
+                metadata: BTreeMap::new(),
+                etag,
+            },
+        );
+    }
+
+    /// Names of every blob, sorted.
+    pub fn names(&self) -> Vec<String> {
+        self.blobs.lock().expect("blobs").keys().cloned().collect()
+    }
+
+    /// How many times an operation was called (faulted calls included).
+    pub fn calls(&self, op: Op) -> usize {
+        self.calls
+            .lock()
+            .expect("calls")
+            .get(&op)
+            .copied()
+            .unwrap_or(0)
+    }
+
+    /// Counts the call and applies any scripted fault: `Err` means fail now, `Ok(Some)`
+    /// means apply and then fail with that error.
+    fn enter(&self, op: Op, path: &str) -> Result<Option<Error>> {
+        *self.calls.lock().expect("calls").entry(op).or_default() += 1;
+        match self.faults.take(op, path) {
+            Some((Strike::Before, e)) => Err(e),
+            Some((Strike::After, e)) => Ok(Some(e)),
+            None => Ok(None),
+        }
+    }
+
+    fn store(&self, name: &str, data: Bytes, options: &PutOptions) -> Result<String> {
+        let mut blobs = self.blobs.lock().expect("blobs");
+        if options.if_none_match && blobs.contains_key(name) {
+            return Err(service("Put Blob", 409, "BlobAlreadyExists"));
+        }
+        let etag = blobs.values().map(|b| b.etag).max().unwrap_or(0) + 1;
+        blobs.insert(
+            name.to_string(),
+            StoredBlob {
+                data,
+                metadata: options
+                    .metadata
+                    .iter()
+                    .map(|(k, v)| (k.to_ascii_lowercase(), v.clone()))
+                    .collect(),
+                etag,
+            },
+        );
+        Ok(format!("\"{etag}\""))
+    }
+}
+
+fn then<T>(result: Result<T>, after: Option<Error>) -> Result<T> {
+    match after {
+        Some(e) => Err(e),
+        None => result,
+    }
+}
+
+#[async_trait]
+impl BlobStorage for MemoryBlobs {
+    fn container(&self) -> &str {
+        &self.container
+    }
+
+    async fn create_container(&self) -> Result<bool> {
+        Ok(true)
+    }
+
+    async fn put_block(&self, blob: &str, block_id: &str, data: Bytes) -> Result<()> {
+        let after = self.enter(Op::PutBlock, blob)?;
+        self.staged
+            .lock()
+            .expect("staged")
+            .insert((blob.to_string(), block_id.to_string()), data);
+        then(Ok(()), after)
+    }
+
+    async fn put_block_list(
+        &self,
+        blob: &str,
+        block_ids: &[String],
+        options: &PutOptions,
+    ) -> Result<String> {
+        let after = self.enter(Op::PutBlockList, blob)?;
+        let mut data = Vec::new();
+        {
+            let staged = self.staged.lock().expect("staged");
+            for id in block_ids {
+                let block = staged
+                    .get(&(blob.to_string(), id.clone()))
+                    .ok_or_else(|| service("Put Block List", 400, "InvalidBlockList"))?;
+                data.extend_from_slice(block);
+            }
+        }
+        let etag = self.store(blob, Bytes::from(data), options);
+        then(etag, after)
+    }
+
+    async fn put_blob(&self, blob: &str, data: Bytes, options: &PutOptions) -> Result<String> {
+        let after = self.enter(Op::PutBlob, blob)?;
+        let etag = self.store(blob, data, options);
+        then(etag, after)
+    }
+
+    async fn get(&self, blob: &str) -> Result<Option<Bytes>> {
+        let after = self.enter(Op::Get, blob)?;
+        then(Ok(self.blob(blob)), after)
+    }
+
+    async fn get_range(&self, blob: &str, offset: u64, length: u64) -> Result<Bytes> {
+        let after = self.enter(Op::Get, blob)?;
+        let data = self
+            .blob(blob)
+            .ok_or_else(|| service("Get Blob Range", 404, "BlobNotFound"))?;
+        let end = offset.saturating_add(length);
+        if end > data.len() as u64 {
+            return Err(service("Get Blob Range", 416, "InvalidRange"));
+        }
+        then(Ok(data.slice(offset as usize..end as usize)), after)
+    }
+
+    async fn properties(&self, blob: &str) -> Result<Option<BlobProperties>> {
+        let after = self.enter(Op::Properties, blob)?;
+        let props = self
+            .blobs
+            .lock()
+            .expect("blobs")
+            .get(blob)
+            .map(|b| BlobProperties {
+                content_length: b.data.len() as u64,
+                etag: format!("\"{}\"", b.etag),
+                metadata: b.metadata.clone(),
+            });
+        then(Ok(props), after)
+    }
+
+    async fn delete(&self, blob: &str) -> Result<bool> {
+        let after = self.enter(Op::Delete, blob)?;
+        let existed = self.blobs.lock().expect("blobs").remove(blob).is_some();
+        then(Ok(existed), after)
+    }
+
+    async fn list(&self, prefix: &str, delimiter: Option<&str>) -> Result<ListPage> {
+        let after = self.enter(Op::List, prefix)?;
+        let mut page = ListPage::default();
+        for (name, b) in self.blobs.lock().expect("blobs").iter() {
+            let Some(rest) = name.strip_prefix(prefix) else {
+                continue;
+            };
+            match delimiter.and_then(|d| rest.find(d).map(|i| (i, d))) {
+                Some((i, d)) => {
+                    let dir = format!("{prefix}{}{d}", &rest[..i]);
+                    if page.prefixes.last() != Some(&dir) {
+                        page.prefixes.push(dir);
+                    }
+                }
+                None => page.blobs.push(BlobItem {
+                    name: name.clone(),
+                    content_length: b.data.len() as u64,
+                    metadata: b.metadata.clone(),
+                }),
+            }
+        }
+        then(Ok(page), after)
+    }
+}
+
+#[derive(Debug, Clone)]
+struct QueuedMessage {
+    id: String,
+    text: String,
+    visible_at: Instant,
+    dequeue_count: u64,
+    receipt: Option<String>,
+}
+
+/// A task queue in memory: at-least-once delivery, visibility timeouts on tokio's clock,
+/// pop receipts that go stale, and scriptable faults.
+#[derive(Debug, Default)]
+pub struct MemoryQueue {
+    name: String,
+    messages: Mutex<Vec<QueuedMessage>>,
+    next_id: Mutex<u64>,
+    calls: Mutex<HashMap<Op, usize>>,
+    faults: Faults,
+}
+
+impl MemoryQueue {
+    /// An empty queue.
+    pub fn new(name: &str) -> Self {
+        MemoryQueue {
+            name: name.to_string(),
+            ..Default::default()
+        }
+    }
+
+    /// Makes the next `op` (on a message whose id contains `id`, or any message for `""`)
+    /// fail with `error`, before or after applying it.
+    pub fn fail(&self, op: Op, id: &str, strike: Strike, error: Error) {
+        self.faults.add(op, id, strike, error);
+    }
+
+    /// How many times an operation was called.
+    pub fn calls(&self, op: Op) -> usize {
+        self.calls
+            .lock()
+            .expect("calls")
+            .get(&op)
+            .copied()
+            .unwrap_or(0)
+    }
+
+    /// Every message's text, visible or not, in insertion order.
+    pub fn texts(&self) -> Vec<String> {
+        self.messages
+            .lock()
+            .expect("messages")
+            .iter()
+            .map(|m| m.text.clone())
+            .collect()
+    }
+
+    /// `(text, dequeue count, visible now)` of every message.
+    pub fn snapshot(&self) -> Vec<(String, u64, bool)> {
+        let now = Instant::now();
+        self.messages
+            .lock()
+            .expect("messages")
+            .iter()
+            .map(|m| (m.text.clone(), m.dequeue_count, m.visible_at <= now))
+            .collect()
+    }
+
+    fn enter(&self, op: Op, id: &str) -> Result<Option<Error>> {
+        *self.calls.lock().expect("calls").entry(op).or_default() += 1;
+        match self.faults.take(op, id) {
+            Some((Strike::Before, e)) => Err(e),
+            Some((Strike::After, e)) => Ok(Some(e)),
+            None => Ok(None),
+        }
+    }
+
+    fn owned<'a>(
+        messages: &'a mut [QueuedMessage],
+        op: &'static str,
+        id: &str,
+        receipt: &str,
+    ) -> Result<&'a mut QueuedMessage> {
+        let lost = |code: &str| Error::LostOwnership {
+            op,
+            message_id: id.to_string(),
+            code: code.to_string(),
+        };
+        let m = messages
+            .iter_mut()
+            .find(|m| m.id == id)
+            .ok_or_else(|| lost("MessageNotFound"))?;
+        if m.receipt.as_deref() != Some(receipt) {
+            return Err(lost("PopReceiptMismatch"));
+        }
+        Ok(m)
+    }
+}
+
+#[async_trait]
+impl TaskQueue for MemoryQueue {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    async fn create(&self) -> Result<()> {
+        Ok(())
+    }
+
+    async fn put(&self, text: &str, visible_after: Option<Duration>) -> Result<()> {
+        let after = self.enter(Op::Put, "")?;
+        let id = {
+            let mut n = self.next_id.lock().expect("ids");
+            *n += 1;
+            format!("m{n}")
+        };
+        self.messages.lock().expect("messages").push(QueuedMessage {
+            id,
+            text: text.to_string(),
+            visible_at: Instant::now() + visible_after.unwrap_or_default(),
+            dequeue_count: 0,
+            receipt: None,
+        });
+        then(Ok(()), after)
+    }
+
+    async fn receive(&self, max: u8, visibility: Duration) -> Result<Vec<ReceivedMessage>> {
+        let after = self.enter(Op::Receive, "")?;
+        let now = Instant::now();
+        let mut out = Vec::new();
+        for m in self.messages.lock().expect("messages").iter_mut() {
+            if out.len() >= max.max(1) as usize {
+                break;
+            }
+            if m.visible_at > now {
+                continue;
+            }
+            m.dequeue_count += 1;
+            m.visible_at = now + visibility;
+            let receipt = uuid::Uuid::new_v4().simple().to_string();
+            m.receipt = Some(receipt.clone());
+            out.push(ReceivedMessage {
+                message_id: m.id.clone(),
+                pop_receipt: receipt,
+                dequeue_count: m.dequeue_count,
+                text: m.text.clone(),
+            });
+        }
+        then(Ok(out), after)
+    }
+
+    async fn update(
+        &self,
+        message_id: &str,
+        pop_receipt: &str,
+        visibility: Duration,
+        new_text: Option<&str>,
+    ) -> Result<String> {
+        let after = self.enter(Op::Update, message_id)?;
+        let mut messages = self.messages.lock().expect("messages");
+        let m = Self::owned(&mut messages, "Update Message", message_id, pop_receipt)?;
+        let receipt = uuid::Uuid::new_v4().simple().to_string();
+        m.receipt = Some(receipt.clone());
+        m.visible_at = Instant::now() + visibility;
+        if let Some(t) = new_text {
+            m.text = t.to_string();
+        }
+        then(Ok(receipt), after)
+    }
+
+    async fn delete(&self, message_id: &str, pop_receipt: &str) -> Result<()> {
+        let after = self.enter(Op::DeleteMessage, message_id)?;
+        let mut messages = self.messages.lock().expect("messages");
+        Self::owned(&mut messages, "Delete Message", message_id, pop_receipt)?;
+        messages.retain(|m| m.id != message_id);
+        then(Ok(()), after)
+    }
+
+    async fn approximate_count(&self) -> Result<u64> {
+        Ok(self.messages.lock().expect("messages").len() as u64)
+    }
+}

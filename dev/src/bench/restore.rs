@@ -1,0 +1,192 @@
+//! Restore throughput: one backup per table size, then rounds that each measure the
+//! ceiling (the project's Table client upserting the same entities as 100-entity batches,
+//! 8 in flight, into a fresh table) and a restore per worker count. Every measurement
+//! starts on a freshly started Table service, because the emulator's insert rate falls as
+//! its in-memory database grows.
+
+use std::time::Instant;
+
+use anyhow::Context;
+use serde::Serialize;
+use tablevault_azure::table::TableClient;
+
+use super::{BenchOptions, ChildRun, Tablevault, column, column_max, human_bytes, median};
+use crate::emulator::Azurite;
+use crate::sample::load_sample;
+
+/// One restore run.
+#[derive(Debug, Clone, Serialize)]
+pub struct RestoreRun {
+    /// In-process workers.
+    pub workers: usize,
+    /// Entities written.
+    pub entities: u64,
+    /// Wall seconds of the whole command (planning, enqueueing, reporting included).
+    pub seconds: f64,
+    /// Entities per second.
+    pub entities_per_second: f64,
+    /// Share of the batch-insert ceiling.
+    pub fraction_of_ceiling: f64,
+    /// Peak RSS of the restore process.
+    pub peak_rss_bytes: Option<u64>,
+}
+
+/// Medians over the rounds of a restore with one worker count.
+#[derive(Debug, Clone, Serialize)]
+pub struct RestoreSummary {
+    /// In-process workers.
+    pub workers: usize,
+    /// Median entities per second.
+    pub entities_per_second: f64,
+    /// Median of each round's rate over that round's ceiling.
+    pub fraction_of_ceiling: f64,
+    /// Largest peak RSS over the rounds.
+    pub peak_rss_bytes: Option<u64>,
+}
+
+/// Results of the restore benchmark for one table size.
+#[derive(Debug, Clone, Serialize)]
+pub struct RestoreSizeResult {
+    /// Entities in the table.
+    pub entities: u64,
+    /// Median ceiling (entities/s) over the rounds.
+    pub ceiling_entities_per_second: f64,
+    /// Medians per worker count.
+    pub restores: Vec<RestoreSummary>,
+    /// Every measurement: the round's ceiling and its runs.
+    pub rounds: Vec<(f64, Vec<RestoreRun>)>,
+}
+
+const TABLE: &str = "BenchTable";
+const CONTAINER: &str = "bench-restore";
+
+async fn fresh_tables(azurite: &mut Azurite) -> anyhow::Result<()> {
+    azurite
+        .restart_table()
+        .await
+        .context("cannot restart the emulator's Table service")
+}
+
+/// Runs the restore benchmark and prints its table (or JSON).
+pub async fn run_restore_bench(opts: &BenchOptions) -> anyhow::Result<()> {
+    let mut results = Vec::new();
+    for &size in &opts.sizes {
+        let mut azurite = Azurite::start_split().await?;
+        let client = TableClient::new(&azurite.account())?;
+        let partitions = (size / 500).clamp(1, 200);
+        if !opts.json {
+            eprintln!("loading {size} entities ({partitions} partitions) and backing them up ...");
+        }
+        load_sample(&client, TABLE, size, partitions, 4).await?;
+        let backup = Tablevault::new(&azurite)?
+            .run(&[
+                "backup",
+                "--tables",
+                TABLE,
+                "--workers",
+                "4",
+                "--compression",
+                &opts.compression,
+                "--container",
+                CONTAINER,
+            ])
+            .await?;
+        let backup_id = backup["backup_id"]
+            .as_str()
+            .context("the backup report has no id")?
+            .to_string();
+        let mut rounds = Vec::new();
+        for round in 0..opts.repeat.max(1) {
+            // The backup stays in the Blob service; tables start empty.
+            fresh_tables(&mut azurite).await?;
+            let started = Instant::now();
+            load_sample(&client, &format!("Ceiling{round}"), size, partitions, 8).await?;
+            let ceiling = size as f64 / started.elapsed().as_secs_f64();
+            if !opts.json {
+                eprintln!(
+                    "  round {}: batch-insert ceiling {ceiling:.0} entities/s",
+                    round + 1
+                );
+            }
+            let mut runs = Vec::new();
+            for &w in &opts.workers {
+                fresh_tables(&mut azurite).await?;
+                let rename = format!("{TABLE}={TABLE}R{w}w{round}");
+                let report = Tablevault::new(&azurite)?
+                    .run(&[
+                        "restore",
+                        &backup_id,
+                        "--container",
+                        CONTAINER,
+                        "--rename",
+                        &rename,
+                        "--workers",
+                        &w.to_string(),
+                    ])
+                    .await?;
+                let child = ChildRun::from_report(&report, "written");
+                let run = RestoreRun {
+                    workers: w,
+                    entities: child.entities,
+                    seconds: child.seconds,
+                    entities_per_second: child.rate(),
+                    fraction_of_ceiling: child.rate() / ceiling,
+                    peak_rss_bytes: child.peak_rss_bytes,
+                };
+                if !opts.json {
+                    eprintln!(
+                        "    restore, {w} worker(s): {:.0} entities/s ({:.0}% of ceiling), peak RSS {}",
+                        run.entities_per_second,
+                        run.fraction_of_ceiling * 100.0,
+                        human_bytes(run.peak_rss_bytes)
+                    );
+                }
+                runs.push(run);
+            }
+            rounds.push((ceiling, runs));
+        }
+        let restores = opts
+            .workers
+            .iter()
+            .enumerate()
+            .map(|(i, &w)| RestoreSummary {
+                workers: w,
+                entities_per_second: column(&rounds, i, |r: &RestoreRun| r.entities_per_second),
+                fraction_of_ceiling: column(&rounds, i, |r: &RestoreRun| r.fraction_of_ceiling),
+                peak_rss_bytes: column_max(&rounds, i, |r: &RestoreRun| r.peak_rss_bytes),
+            })
+            .collect();
+        results.push(RestoreSizeResult {
+            entities: size,
+            ceiling_entities_per_second: median(rounds.iter().map(|(c, _)| *c).collect()),
+            restores,
+            rounds,
+        });
+    }
+    if opts.json {
+        tablevault_cli::output::print_json(&results);
+        return Ok(());
+    }
+    println!(
+        "{:>9}  {:>7}  {:>12}  {:>8}  {:>10}",
+        "entities", "workers", "entities/s", "ceiling", "peak RSS"
+    );
+    for r in &results {
+        println!(
+            "{:>9}  {:>7}  {:>12.0}  {:>8}  {:>10}",
+            r.entities, "batches", r.ceiling_entities_per_second, "100%", "-"
+        );
+        for s in &r.restores {
+            println!(
+                "{:>9}  {:>7}  {:>12.0}  {:>7.0}%  {:>10}",
+                r.entities,
+                s.workers,
+                s.entities_per_second,
+                s.fraction_of_ceiling * 100.0,
+                human_bytes(s.peak_rss_bytes)
+            );
+        }
+    }
+    println!("(medians over the rounds; each round's rate is divided by that round's ceiling)");
+    Ok(())
+}

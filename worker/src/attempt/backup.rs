@@ -1,0 +1,258 @@
+//! One attempt at one backup task: scan a key range, pack it into blocks, upload them
+//! under the attempt's own prefix, then commit with a conditional create of the task's
+//! commit record. The first commit wins; a losing attempt deletes what it wrote.
+//!
+//! The scan runs one page ahead of packing and uploading, so the source is read while
+//! blocks go out; memory stays at a page or two plus a few blocks.
+
+use tablevault_azure::table::{EntityPage, MAX_PAGE_SIZE, Query, TableClient};
+use tablevault_core::format::{FORMAT_VERSION, Packer, PackerConfig};
+use tablevault_core::keys::{EntityKey, KeyRange};
+use tablevault_core::protocol::{BackupJob, CommitRecord, now_rfc3339};
+use tablevault_core::stats::WorkerStats;
+use tablevault_core::store::{BackupPaths, BlockWriter, CreateOutcome, Store};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
+
+use crate::TaskError;
+
+/// What the attempt achieved.
+#[derive(Debug, PartialEq, Eq)]
+pub enum BackupOutcome {
+    /// This attempt's commit record was written.
+    Committed {
+        /// Entities in the range.
+        entities: u64,
+    },
+    /// Another attempt had already committed the task; this one's blobs were deleted.
+    LostRace,
+}
+
+/// Everything one attempt needs.
+pub struct BackupAttempt<'a> {
+    /// The job's store.
+    pub store: &'a Store,
+    /// The job.
+    pub job: &'a BackupJob,
+    /// The source account's Table client.
+    pub source: &'a TableClient,
+    /// Table to scan.
+    pub table: &'a str,
+    /// Task id.
+    pub task: &'a str,
+    /// Key range.
+    pub range: &'a KeyRange,
+    /// Cancelled when the queue message is lost.
+    pub lost: CancellationToken,
+    /// Cancelled when the worker shuts down.
+    pub shutdown: CancellationToken,
+    /// Live counters.
+    pub stats: &'a WorkerStats,
+    /// Who we are, for the record.
+    pub worker: &'a str,
+}
+
+impl BackupAttempt<'_> {
+    fn check_stop(&self) -> Result<(), TaskError> {
+        crate::stop_requested(&self.lost, &self.shutdown)
+    }
+
+    /// Runs the attempt to a commit (or a lost race), cleaning up after itself on failure.
+    pub async fn run(&self) -> Result<BackupOutcome, TaskError> {
+        let attempt = super::new_attempt_id();
+        let span = tracing::info_span!("attempt", id = %&attempt[..8]);
+        self.run_attempt(attempt).instrument(span).await
+    }
+
+    async fn run_attempt(&self, attempt: String) -> Result<BackupOutcome, TaskError> {
+        let paths = BackupPaths::new(&self.job.backup_id);
+        let options = &self.job.options;
+        let mut writer = self.store.block_writer(
+            &paths,
+            self.table,
+            self.task,
+            &attempt,
+            options.compression,
+            options.blocks_per_blob,
+        );
+        let started_at = now_rfc3339();
+        if let Err(e) = self.scan_into(&mut writer).await {
+            writer.abandon().await;
+            return Err(e);
+        }
+        if let Err(e) = self.check_stop() {
+            writer.abandon().await;
+            return Err(e);
+        }
+        let names_if_failed = writer.committed_names();
+        let blobs = match writer.finish().await {
+            Ok(b) => b,
+            Err(e) => {
+                self.store.delete_unreferenced(&names_if_failed).await;
+                return Err(e.into());
+            }
+        };
+        let record = CommitRecord {
+            format: FORMAT_VERSION,
+            job: self.job.backup_id.clone(),
+            table: self.table.to_string(),
+            task: self.task.to_string(),
+            attempt,
+            range: self.range.clone(),
+            entities: blobs.iter().map(|b| b.entities).sum(),
+            raw_bytes: blobs
+                .iter()
+                .flat_map(|b| &b.blocks)
+                .map(|b| b.raw_length)
+                .sum(),
+            stored_bytes: blobs.iter().map(|b| b.length).sum(),
+            blobs,
+            started_at,
+            finished_at: now_rfc3339(),
+            worker: self.worker.to_string(),
+        };
+        if let Err(e) = self.check_stop() {
+            self.store.delete_unreferenced(&blob_names(&record)).await;
+            return Err(e);
+        }
+        commit(self.store, &paths, &record).await
+    }
+
+    /// Scans every segment of the range in key order into the writer.
+    async fn scan_into(&self, writer: &mut BlockWriter) -> Result<(), TaskError> {
+        let options = &self.job.options;
+        let mut packer = Packer::new(PackerConfig {
+            table: self.table.to_string(),
+            block_bytes: options.block_bytes,
+            batch_bytes: options.batch_bytes,
+            compression: options.compression,
+        });
+        let (tx, mut rx) = mpsc::channel::<tablevault_azure::Result<EntityPage>>(1);
+        let source = self.source.clone();
+        let table = self.table.to_string();
+        let filters = self.range.filters();
+        let scanner = tokio::spawn(async move {
+            for filter in filters {
+                let mut pages = source.pages(
+                    &table,
+                    Query {
+                        filter,
+                        top: Some(MAX_PAGE_SIZE),
+                    },
+                );
+                loop {
+                    // Wait for room before fetching: one page is packed while the next is
+                    // read, and no more than those two are held.
+                    let Ok(slot) = tx.reserve().await else { return };
+                    match pages.next_page().await {
+                        None => break,
+                        Some(page) => {
+                            let failed = page.is_err();
+                            slot.send(page);
+                            if failed {
+                                return;
+                            }
+                        }
+                    }
+                }
+            }
+        });
+        let result = async {
+            let mut previous: Option<EntityKey> = None;
+            loop {
+                let page = tokio::select! {
+                    page = rx.recv() => page,
+                    _ = self.lost.cancelled() => return Err(TaskError::Lost),
+                    _ = self.shutdown.cancelled() => return Err(TaskError::Shutdown),
+                };
+                let Some(page) = page else { break };
+                let page = page?;
+                WorkerStats::add(&self.stats.read_bytes, page.response_bytes as u64);
+                let count = page.entities.len() as u64;
+                for entity in page.entities {
+                    let key = EntityKey::new(&entity.partition_key, &entity.row_key);
+                    if !self.range.contains(&key) || previous.as_ref().is_some_and(|p| &key <= p) {
+                        return Err(TaskError::Permanent(format!(
+                            "the service returned entity {key} outside the requested range {} or out of order",
+                            self.range
+                        )));
+                    }
+                    previous = Some(key);
+                    if let Some(block) = packer.push(entity) {
+                        WorkerStats::add(&self.stats.stored_bytes, block.data.len() as u64);
+                        writer.add(block).await?;
+                    }
+                }
+                WorkerStats::add(&self.stats.entities, count);
+                self.check_stop()?;
+            }
+            for block in packer.finish() {
+                WorkerStats::add(&self.stats.stored_bytes, block.data.len() as u64);
+                writer.add(block).await?;
+            }
+            Ok(())
+        }
+        .await;
+        scanner.abort();
+        result
+    }
+}
+
+fn blob_names(record: &CommitRecord) -> Vec<String> {
+    record.blobs.iter().map(|b| b.name.clone()).collect()
+}
+
+/// Commits an attempt: creates the task's commit record only if none exists. If another
+/// attempt's record is there, this attempt lost and deletes its blobs. If the outcome is
+/// unknown, the record is read back to see whose it is; blobs are deleted only when they
+/// are certainly unreferenced.
+pub async fn commit(
+    store: &Store,
+    paths: &BackupPaths,
+    record: &CommitRecord,
+) -> Result<BackupOutcome, TaskError> {
+    let path = paths.commit(&record.table, &record.task);
+    let metadata = vec![
+        ("tventities".into(), record.entities.to_string()),
+        ("tvstoredbytes".into(), record.stored_bytes.to_string()),
+        ("tvattempt".into(), record.attempt.clone()),
+    ];
+    let names = blob_names(record);
+    match store.create(&path, record, metadata).await {
+        Ok(CreateOutcome::Created) => {
+            tracing::info!(
+                entities = record.entities,
+                blobs = names.len(),
+                "task committed"
+            );
+            Ok(BackupOutcome::Committed {
+                entities: record.entities,
+            })
+        }
+        Ok(CreateOutcome::AlreadyExists) => {
+            tracing::info!(
+                "another attempt committed this task first; deleting this attempt's blobs"
+            );
+            store.delete_unreferenced(&names).await;
+            Ok(BackupOutcome::LostRace)
+        }
+        Err(e) => {
+            // The commit may or may not have landed; only blobs we are sure nobody
+            // references may go. If it landed, our blobs are referenced: keep them.
+            let landed = store
+                .read::<CommitRecord>(&path)
+                .await
+                .ok()
+                .flatten()
+                .is_some_and(|r| r.attempt == record.attempt);
+            if landed {
+                return Ok(BackupOutcome::Committed {
+                    entities: record.entities,
+                });
+            }
+            store.delete_unreferenced(&names).await;
+            Err(e.into())
+        }
+    }
+}

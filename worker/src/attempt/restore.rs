@@ -1,0 +1,367 @@
+//! One attempt at one restore task: fetch its block (or every block of its blob) with
+//! ranged reads, verify and decode all of it before writing anything, then replay each
+//! batch as one entity group transaction in the job's mode. Batches that cannot succeed
+//! are recorded with their keys and the service's reason; nothing is dropped silently.
+//! The attempt ends with a create-only "done" record.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use futures::StreamExt;
+use tablevault_azure::Error;
+use tablevault_azure::table::{BatchOperation, Cmp, Entity, Filter, Query, TableClient};
+use tablevault_core::keys::{EntityKey, cmp_keys};
+use tablevault_core::protocol::{
+    BatchFailure, CommitRecord, RestoreJob, RestoreMode, RestoreRecord, now_rfc3339,
+};
+use tablevault_core::stats::WorkerStats;
+use tablevault_core::store::{BackupPaths, CreateOutcome, Store, StoreError};
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
+
+use crate::TaskError;
+use crate::limiter::AdaptiveLimit;
+
+/// Most batches one task keeps in flight (the shared limiter may allow fewer).
+const BATCHES_IN_FLIGHT: usize = 16;
+
+/// What the attempt achieved.
+#[derive(Debug)]
+pub enum RestoreOutcome {
+    /// This attempt's record was written.
+    Done(Box<RestoreRecord>),
+    /// Another attempt had already finished the task.
+    AlreadyDone,
+}
+
+/// Everything one attempt needs.
+pub struct RestoreAttempt<'a> {
+    /// The backup's store.
+    pub store: &'a Store,
+    /// The backup id.
+    pub backup_id: &'a str,
+    /// The restore's plan.
+    pub job: &'a RestoreJob,
+    /// The commit record of the backed-up range.
+    pub commit: &'a CommitRecord,
+    /// The target account's Table client.
+    pub target: &'a TableClient,
+    /// Shared write concurrency of this worker.
+    pub limiter: &'a Arc<AdaptiveLimit>,
+    /// Table written to.
+    pub target_table: &'a str,
+    /// Task id.
+    pub task: &'a str,
+    /// Blob index in the commit record.
+    pub blob: usize,
+    /// Block index, or every block of the blob.
+    pub block: Option<usize>,
+    /// Cancelled when the queue message is lost.
+    pub lost: CancellationToken,
+    /// Cancelled when the worker shuts down.
+    pub shutdown: CancellationToken,
+    /// Live counters.
+    pub stats: &'a WorkerStats,
+    /// Who we are.
+    pub worker: &'a str,
+}
+
+/// Counts of one batch.
+#[derive(Debug, Default)]
+struct BatchResult {
+    written: u64,
+    identical: u64,
+    skipped: u64,
+    failure: Option<BatchFailure>,
+}
+
+fn key(e: &Entity) -> EntityKey {
+    EntityKey::new(&e.partition_key, &e.row_key)
+}
+
+/// Errors about the batch's own data are recorded against the batch; anything else
+/// (missing table, no access, throttling that outlasted the retries) ends the task.
+fn is_batch_specific(e: &Error) -> bool {
+    matches!(e.status(), Some(400 | 409 | 412 | 413)) && !e.has_code("TableNotFound")
+}
+
+impl RestoreAttempt<'_> {
+    fn check_stop(&self) -> Result<(), TaskError> {
+        crate::stop_requested(&self.lost, &self.shutdown)
+    }
+
+    /// Runs the attempt.
+    pub async fn run(&self) -> Result<RestoreOutcome, TaskError> {
+        let attempt = super::new_attempt_id();
+        let span = tracing::info_span!("attempt", id = %&attempt[..8]);
+        self.run_attempt(attempt).instrument(span).await
+    }
+
+    async fn run_attempt(&self, attempt: String) -> Result<RestoreOutcome, TaskError> {
+        let started_at = now_rfc3339();
+        let blob = self.commit.blobs.get(self.blob).ok_or_else(|| {
+            TaskError::Permanent(format!(
+                "commit record of {}/{} has no blob {}",
+                self.commit.table, self.commit.task, self.blob
+            ))
+        })?;
+        let blocks: Vec<_> = match self.block {
+            Some(i) => vec![blob.blocks.get(i).ok_or_else(|| {
+                TaskError::Permanent(format!("blob {} has no block {i}", blob.name))
+            })?],
+            None => blob.blocks.iter().collect(),
+        };
+        // Decode everything first: a corrupt block must not be half-written.
+        let mut batches: Vec<Vec<Entity>> = Vec::new();
+        for record in blocks {
+            self.check_stop()?;
+            let decoded = self
+                .store
+                .read_block(&blob.name, record, self.job.compression)
+                .await
+                .map_err(|e| match e {
+                    StoreError::Storage(e) => TaskError::from(e),
+                    StoreError::Corrupt(why) => TaskError::Permanent(format!(
+                        "corrupt backup data, nothing from it was written: {why}"
+                    )),
+                })?;
+            if decoded.table != self.commit.table {
+                return Err(TaskError::Permanent(format!(
+                    "corrupt backup data, nothing from it was written: block of {} belongs to table {:?}",
+                    blob.name, decoded.table
+                )));
+            }
+            if let Some(e) = decoded
+                .batches
+                .iter()
+                .flatten()
+                .find(|e| !self.commit.range.contains(&key(e)))
+            {
+                return Err(TaskError::Permanent(format!(
+                    "corrupt backup data, nothing from it was written: entity {} of {} lies outside range {}",
+                    key(e),
+                    blob.name,
+                    self.commit.range
+                )));
+            }
+            batches.extend(decoded.batches);
+        }
+        let entities: u64 = batches.iter().map(|b| b.len() as u64).sum();
+        self.check_stop()?;
+
+        let mut record = RestoreRecord {
+            restore: self.job.restore_id.clone(),
+            source_table: self.commit.table.clone(),
+            target_table: self.target_table.to_string(),
+            task: self.task.to_string(),
+            attempt,
+            entities,
+            written: 0,
+            identical: 0,
+            skipped: 0,
+            failed: 0,
+            batches: 0,
+            failures: Vec::new(),
+            started_at,
+            finished_at: String::new(),
+            worker: self.worker.to_string(),
+        };
+        let mut results = futures::stream::iter(batches)
+            .map(|batch| self.write_batch(batch))
+            .buffer_unordered(BATCHES_IN_FLIGHT);
+        let mut first_error: Option<TaskError> = None;
+        while let Some(r) = results.next().await {
+            match r {
+                Ok(b) => {
+                    record.written += b.written;
+                    record.identical += b.identical;
+                    record.skipped += b.skipped;
+                    if let Some(f) = b.failure {
+                        record.failed += f.keys.len() as u64;
+                        record.failures.push(f);
+                    } else {
+                        record.batches += 1;
+                    }
+                }
+                Err(e) => {
+                    first_error.get_or_insert(e);
+                }
+            }
+        }
+        drop(results);
+        if let Some(e) = first_error {
+            return Err(e);
+        }
+        self.check_stop()?;
+        record.finished_at = now_rfc3339();
+        let path = BackupPaths::new(self.backup_id).restore_done(
+            &self.job.restore_id,
+            self.target_table,
+            self.task,
+        );
+        let metadata = vec![
+            ("tvwritten".into(), record.written.to_string()),
+            ("tvfailed".into(), record.failed.to_string()),
+        ];
+        match self.store.create(&path, &record, metadata).await? {
+            CreateOutcome::Created => {
+                tracing::info!(
+                    written = record.written,
+                    failed = record.failed,
+                    "restore task done"
+                );
+                Ok(RestoreOutcome::Done(Box::new(record)))
+            }
+            CreateOutcome::AlreadyExists => Ok(RestoreOutcome::AlreadyDone),
+        }
+    }
+
+    fn operations(&self, batch: Vec<Entity>) -> Vec<BatchOperation> {
+        batch
+            .into_iter()
+            .map(|e| match self.job.mode {
+                RestoreMode::Upsert => BatchOperation::InsertOrReplace(e),
+                RestoreMode::Merge => BatchOperation::InsertOrMerge(e),
+                RestoreMode::InsertSkip | RestoreMode::InsertFail => BatchOperation::Insert(e),
+            })
+            .collect()
+    }
+
+    /// Writes one batch, resolving insert conflicts, retrying what can be retried.
+    async fn write_batch(&self, batch: Vec<Entity>) -> Result<BatchResult, TaskError> {
+        self.check_stop()?;
+        let mut result = BatchResult::default();
+        let mut ops = self.operations(batch);
+        // Each round either writes everything left or resolves at least one conflict.
+        for _round in 0..4 {
+            if ops.is_empty() {
+                return Ok(result);
+            }
+            let guard = self.limiter.acquire().await;
+            match self.target.submit_batch(self.target_table, &ops).await {
+                Ok(()) => {
+                    guard.success();
+                    result.written += ops.len() as u64;
+                    WorkerStats::add(&self.stats.entities, ops.len() as u64);
+                    return Ok(result);
+                }
+                Err(e)
+                    if e.has_code("EntityAlreadyExists")
+                        && matches!(
+                            self.job.mode,
+                            RestoreMode::InsertSkip | RestoreMode::InsertFail
+                        ) =>
+                {
+                    drop(guard);
+                    ops = self.resolve_conflicts(ops, &mut result).await?;
+                }
+                Err(e) if is_batch_specific(&e) => {
+                    drop(guard);
+                    let keys: Vec<EntityKey> = ops
+                        .iter()
+                        .map(|o| EntityKey::new(o.keys().0, o.keys().1))
+                        .collect();
+                    let (status, code, message) = match &e {
+                        Error::BatchOperation {
+                            status,
+                            code,
+                            message,
+                            index,
+                            ..
+                        } => (
+                            *status,
+                            code.clone(),
+                            match index.and_then(|i| keys.get(i)) {
+                                Some(k) => format!("entity {k}: {message}"),
+                                None => message.clone(),
+                            },
+                        ),
+                        other => (
+                            other.status().unwrap_or(0),
+                            other.code().map(str::to_string),
+                            other.to_string(),
+                        ),
+                    };
+                    tracing::warn!(entities = keys.len(), %message, "a batch cannot be restored; recording it");
+                    result.failure = Some(BatchFailure {
+                        keys,
+                        status,
+                        code,
+                        message,
+                    });
+                    return Ok(result);
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Err(TaskError::Transient(
+            "entities kept appearing in the target while inserting; will retry".into(),
+        ))
+    }
+
+    /// After an insert conflict: reads the batch's key span from the target once, keeps
+    /// the entities that are absent for insertion, and settles the others: identical to
+    /// the backup (an earlier attempt wrote it) or different (skipped, or a failure).
+    async fn resolve_conflicts(
+        &self,
+        ops: Vec<BatchOperation>,
+        result: &mut BatchResult,
+    ) -> Result<Vec<BatchOperation>, TaskError> {
+        let (pk, first) = {
+            let (p, r) = ops[0].keys();
+            (p.to_string(), r.to_string())
+        };
+        let last = ops
+            .iter()
+            .map(|o| o.keys().1.to_string())
+            .max_by(|a, b| cmp_keys(a, b))
+            .unwrap_or_default();
+        let query = Query {
+            filter: Filter::all([
+                Filter::partition_key(Cmp::Eq, &pk),
+                Filter::row_key(Cmp::Ge, &first),
+                Filter::row_key(Cmp::Le, &last),
+            ]),
+            top: Some(1000),
+        };
+        let existing: HashMap<String, Entity> = self
+            .target
+            .pages(self.target_table, query)
+            .collect_entities()
+            .await?
+            .into_iter()
+            .map(|e| (e.row_key.clone(), e))
+            .collect();
+        let mut absent = Vec::with_capacity(ops.len());
+        let mut conflicts = Vec::new();
+        for op in ops {
+            let BatchOperation::Insert(entity) = &op else {
+                absent.push(op);
+                continue;
+            };
+            match existing.get(&entity.row_key) {
+                None => absent.push(op),
+                Some(current) if current.same_data(entity) => result.identical += 1,
+                Some(_) if self.job.mode == RestoreMode::InsertSkip => result.skipped += 1,
+                Some(_) => conflicts.push(key(entity)),
+            }
+        }
+        if !conflicts.is_empty() {
+            if let Some(f) = &mut result.failure {
+                f.keys.extend(conflicts);
+                return Ok(absent);
+            }
+            result.failure = Some(BatchFailure {
+                message: format!(
+                    "{} entities already exist in {} with different data (insert-fail mode)",
+                    conflicts.len(),
+                    self.target_table
+                ),
+                keys: conflicts,
+                status: 409,
+                code: Some("Conflict".into()),
+            });
+        }
+        Ok(absent)
+    }
+}

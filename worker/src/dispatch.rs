@@ -1,0 +1,268 @@
+//! What a worker does with one claimed message: decode it, resolve it against its job's
+//! files, drop it if it is stale or its task already done, poison it if it was delivered
+//! too often, otherwise run one attempt under a lease and settle the outcome. The checks
+//! are the same for both kinds of task; only the attempt differs.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tablevault_core::keys::KeyRange;
+use tablevault_core::protocol::{
+    BackupJob, CommitRecord, RestoreJob, TaskKind, TaskMessage, last_error,
+};
+use tablevault_core::queue::ReceivedMessage;
+use tablevault_core::stats::WorkerStats;
+use tablevault_core::store::{BackupPaths, Store, StoreError};
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
+
+use crate::attempt::backup::{BackupAttempt, BackupOutcome};
+use crate::attempt::restore::{RestoreAttempt, RestoreOutcome};
+use crate::lease::Lease;
+use crate::settle::PoisonTarget;
+use crate::worker::Worker;
+
+/// A task resolved against its job.
+enum Work {
+    Backup {
+        job: Arc<BackupJob>,
+        range: KeyRange,
+    },
+    Restore {
+        job: Arc<RestoreJob>,
+        commit: Arc<CommitRecord>,
+        blob: usize,
+        block: Option<usize>,
+    },
+}
+
+/// A resolved task with the paths that settle it.
+struct Resolved {
+    work: Work,
+    /// The blob whose existence means the task is done.
+    done: String,
+    /// Where its poison record goes.
+    poison: String,
+}
+
+impl Resolved {
+    fn max_attempts(&self) -> u64 {
+        match &self.work {
+            Work::Backup { job, .. } => job.options.max_attempts,
+            Work::Restore { job, .. } => job.max_attempts,
+        }
+    }
+}
+
+impl Worker {
+    pub(crate) async fn handle(&self, message: ReceivedMessage, shutdown: CancellationToken) {
+        let task = match TaskMessage::decode(&message.text) {
+            Ok(t) => t,
+            Err(why) => {
+                tracing::error!(message_id = %message.message_id, reason = %why, "malformed task message; moving it to the poison queue");
+                self.settler.move_to_poison(&message, &why, None).await;
+                return;
+            }
+        };
+        if let Some(only) = &self.config.only_job
+            && &task.job != only
+        {
+            self.settler.hand_back(&message, Duration::ZERO).await;
+            return;
+        }
+        let span = tracing::info_span!("task", job = %task.job, table = %task.table, task = %task.task, delivery = message.dequeue_count);
+        self.handle_task(message, task, shutdown)
+            .instrument(span)
+            .await;
+    }
+
+    /// Reads what the task refers to; `None` if its job no longer exists.
+    async fn resolve(
+        &self,
+        store: &Store,
+        task: &TaskMessage,
+    ) -> Result<Option<Resolved>, StoreError> {
+        let paths = BackupPaths::new(&task.job);
+        Ok(match &task.kind {
+            TaskKind::Backup { range } => {
+                self.jobs
+                    .backup_job(store, &task.job)
+                    .await?
+                    .map(|job| Resolved {
+                        done: paths.commit(&task.table, &task.task),
+                        poison: paths.poison(&task.table, &task.task),
+                        work: Work::Backup {
+                            range: range.clone(),
+                            job,
+                        },
+                    })
+            }
+            TaskKind::Restore {
+                restore,
+                source_table,
+                range_task,
+                blob,
+                block,
+            } => match self.jobs.restore_job(store, &task.job, restore).await? {
+                None => None,
+                Some(job) => {
+                    let commit = self
+                        .jobs
+                        .commit_record(store, &paths.commit(source_table, range_task))
+                        .await?;
+                    Some(Resolved {
+                        done: paths.restore_done(restore, &task.table, &task.task),
+                        poison: paths.restore_poison(restore, &task.table, &task.task),
+                        work: Work::Restore {
+                            job,
+                            commit,
+                            blob: *blob,
+                            block: *block,
+                        },
+                    })
+                }
+            },
+        })
+    }
+
+    async fn handle_task(
+        &self,
+        message: ReceivedMessage,
+        task: TaskMessage,
+        shutdown: CancellationToken,
+    ) {
+        let settler = &self.settler;
+        let store = match self.jobs.store(&task.container) {
+            Ok(s) => s,
+            Err(e) => {
+                settler
+                    .move_to_poison(&message, &format!("bad container: {e}"), None)
+                    .await;
+                return;
+            }
+        };
+        let resolved = match self.resolve(&store, &task).await {
+            Ok(Some(r)) => r,
+            Ok(None) => {
+                tracing::warn!(
+                    "stale message: its backup or restore does not exist (deleted?); dropping it"
+                );
+                settler.drop_message(&message).await;
+                return;
+            }
+            Err(e) if e.status() == Some(404) => {
+                tracing::warn!(error = %e, "stale message: the backup data it refers to is gone; dropping it");
+                settler.drop_message(&message).await;
+                return;
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot read the job's files; giving the task back");
+                settler
+                    .release_unleased(&message, Duration::from_secs(5))
+                    .await;
+                return;
+            }
+        };
+        match store.exists(&resolved.done).await {
+            Ok(true) => {
+                tracing::debug!("task already done; dropping the duplicate message");
+                settler.drop_message(&message).await;
+                return;
+            }
+            Ok(false) => {}
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot check whether the task is done; giving it back");
+                settler
+                    .release_unleased(&message, Duration::from_secs(5))
+                    .await;
+                return;
+            }
+        }
+        let poison = PoisonTarget {
+            store: &store,
+            path: &resolved.poison,
+            task: &task,
+        };
+        if message.dequeue_count > resolved.max_attempts() {
+            let reason = format!(
+                "delivered {} times (limit {}) without finishing; last error: {}",
+                message.dequeue_count,
+                resolved.max_attempts(),
+                last_error(&message.text).unwrap_or_else(|| {
+                    "none recorded (the attempts timed out or their workers died)".into()
+                })
+            );
+            settler.poison_task(poison, &message, &reason).await;
+            return;
+        }
+        let (lease, outcome) = match &resolved.work {
+            Work::Backup { job, range } => {
+                let Some(source) = self
+                    .jobs
+                    .table_client(&self.config.sources, &job.source, None)
+                else {
+                    tracing::warn!(account = %job.source.account, "this worker has no credentials for the source account; handing the task to another worker (configure --source)");
+                    settler.hand_back(&message, Duration::from_secs(30)).await;
+                    return;
+                };
+                let lease = Lease::start(self.queue.clone(), &message, self.config.visibility);
+                let attempt = BackupAttempt {
+                    store: &store,
+                    job,
+                    source: &source,
+                    table: &task.table,
+                    task: &task.task,
+                    range,
+                    lost: lease.lost(),
+                    shutdown: shutdown.clone(),
+                    stats: &self.stats,
+                    worker: &self.identity,
+                };
+                let outcome = attempt.run().await;
+                if matches!(outcome, Ok(BackupOutcome::Committed { .. })) {
+                    WorkerStats::add(&self.stats.tasks_committed, 1);
+                }
+                (lease, outcome.map(|_| ()))
+            }
+            Work::Restore {
+                job,
+                commit,
+                blob,
+                block,
+            } => {
+                let limiter = self.jobs.limiter_for(&job.target.table_endpoint);
+                let Some(target) =
+                    self.jobs
+                        .table_client(&self.config.targets, &job.target, Some(&limiter))
+                else {
+                    tracing::warn!(account = %job.target.account, "this worker has no credentials for the target account; handing the task to another worker (configure --target)");
+                    settler.hand_back(&message, Duration::from_secs(30)).await;
+                    return;
+                };
+                let lease = Lease::start(self.queue.clone(), &message, self.config.visibility);
+                let attempt = RestoreAttempt {
+                    store: &store,
+                    backup_id: &task.job,
+                    job,
+                    commit,
+                    target: &target,
+                    limiter: &limiter,
+                    target_table: &task.table,
+                    task: &task.task,
+                    blob: *blob,
+                    block: *block,
+                    lost: lease.lost(),
+                    shutdown: shutdown.clone(),
+                    stats: &self.stats,
+                    worker: &self.identity,
+                };
+                let outcome = attempt.run().await;
+                if matches!(outcome, Ok(RestoreOutcome::Done(_))) {
+                    WorkerStats::add(&self.stats.tasks_committed, 1);
+                }
+                (lease, outcome.map(|_| ()))
+            }
+        };
+        settler.settle(lease, outcome, &message, poison).await;
+    }
+}

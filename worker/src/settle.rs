@@ -1,0 +1,182 @@
+//! Ending a claimed message's life: delete it when its task is done, give it back for a
+//! retry (recording the error in it), hand a foreign task back without spending one of
+//! its deliveries, or poison it (a record next to the job, a copy with the reason on the
+//! poison queue). Every worker settles messages through a [`Settler`].
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tablevault_core::protocol::{PoisonEntry, PoisonRecord, TaskMessage, now_rfc3339};
+use tablevault_core::queue::{ReceivedMessage, TaskQueue};
+use tablevault_core::stats::WorkerStats;
+use tablevault_core::store::Store;
+
+use crate::TaskError;
+use crate::lease::Lease;
+
+/// Settles messages of one task queue.
+#[derive(Clone)]
+pub struct Settler {
+    queue: Arc<dyn TaskQueue>,
+    poison: Arc<dyn TaskQueue>,
+    stats: Arc<WorkerStats>,
+    identity: String,
+}
+
+/// Where a task's poison record goes.
+pub struct PoisonTarget<'a> {
+    /// The job's store.
+    pub store: &'a Store,
+    /// The record's path.
+    pub path: &'a str,
+    /// The task.
+    pub task: &'a TaskMessage,
+}
+
+/// The delay before a failed task is tried again: longer with each delivery.
+pub fn retry_delay(dequeue_count: u64) -> Duration {
+    Duration::from_secs((5 * dequeue_count).min(120))
+}
+
+impl Settler {
+    /// A settler for a task queue and its poison queue.
+    pub fn new(
+        queue: Arc<dyn TaskQueue>,
+        poison: Arc<dyn TaskQueue>,
+        stats: Arc<WorkerStats>,
+        identity: &str,
+    ) -> Self {
+        Settler {
+            queue,
+            poison,
+            stats,
+            identity: identity.to_string(),
+        }
+    }
+
+    /// The poison queue.
+    pub fn poison_queue(&self) -> &Arc<dyn TaskQueue> {
+        &self.poison
+    }
+
+    /// Acts on an attempt's end: delete the message when done, give it back on a
+    /// transient failure (recording the error in it), poison it on a permanent one.
+    pub async fn settle(
+        &self,
+        lease: Lease,
+        outcome: Result<(), TaskError>,
+        message: &ReceivedMessage,
+        poison: PoisonTarget<'_>,
+    ) {
+        match outcome {
+            Ok(()) => {
+                self.stats.changed.notify_one();
+                if let Err(e) = lease.complete().await {
+                    tracing::warn!(error = %e, "task done but its message could not be deleted; a duplicate delivery will be dropped");
+                }
+            }
+            Err(TaskError::Lost) => {
+                tracing::warn!("lost the message mid-task; another worker has it");
+            }
+            Err(TaskError::Shutdown) => {
+                let _ = lease.release(Duration::ZERO, None).await;
+            }
+            Err(TaskError::Transient(why)) => {
+                WorkerStats::add(&self.stats.tasks_retried, 1);
+                let delay = retry_delay(message.dequeue_count);
+                tracing::warn!(reason = %why, retry_in_s = delay.as_secs(), "task failed; it will be retried");
+                let text = poison.task.encode_with_last_error(&why);
+                if let Err(e) = lease.release(delay, Some(&text)).await {
+                    tracing::warn!(error = %e, "could not give the message back; it reappears when its lease lapses");
+                }
+            }
+            Err(TaskError::Permanent(why)) => {
+                drop(lease);
+                self.poison_task(poison, message, &why).await;
+            }
+        }
+    }
+
+    /// Deletes a message nobody needs (a duplicate of a finished task, a stale job's).
+    pub async fn drop_message(&self, message: &ReceivedMessage) {
+        let _ = self
+            .queue
+            .delete(&message.message_id, &message.pop_receipt)
+            .await;
+    }
+
+    /// Gives a message we will not work on back without spending one of its deliveries:
+    /// a fresh copy goes on the queue (dequeue count 0) and the claimed one is deleted.
+    pub async fn hand_back(&self, message: &ReceivedMessage, delay: Duration) {
+        match self.queue.put(&message.text, Some(delay)).await {
+            Ok(()) => self.drop_message(message).await,
+            Err(e) => {
+                tracing::warn!(error = %e, "could not re-queue a foreign task; releasing it");
+                self.release_unleased(message, delay).await;
+            }
+        }
+    }
+
+    /// Makes a claimed message visible again after `delay` (no lease was started).
+    pub async fn release_unleased(&self, message: &ReceivedMessage, delay: Duration) {
+        let _ = self
+            .queue
+            .update(&message.message_id, &message.pop_receipt, delay, None)
+            .await;
+    }
+
+    /// Gives a task up: its poison record next to the job, then the message moves to the
+    /// poison queue.
+    pub async fn poison_task(
+        &self,
+        target: PoisonTarget<'_>,
+        message: &ReceivedMessage,
+        reason: &str,
+    ) {
+        WorkerStats::add(&self.stats.tasks_poisoned, 1);
+        tracing::error!(
+            reason,
+            "task poisoned: it will not be retried and its job cannot complete"
+        );
+        let task = target.task;
+        let record = PoisonRecord {
+            job: task.job.clone(),
+            table: task.table.clone(),
+            task: task.task.clone(),
+            reason: reason.to_string(),
+            dequeue_count: message.dequeue_count,
+            at: now_rfc3339(),
+            worker: self.identity.clone(),
+        };
+        if let Err(e) = target.store.overwrite(target.path, &record).await {
+            tracing::warn!(error = %e, "could not write the poison record");
+        }
+        self.move_to_poison(message, reason, Some(task)).await;
+        self.stats.changed.notify_one();
+    }
+
+    /// Moves a message to the poison queue with the reason, untouched otherwise.
+    pub async fn move_to_poison(
+        &self,
+        message: &ReceivedMessage,
+        reason: &str,
+        task: Option<&TaskMessage>,
+    ) {
+        let entry = PoisonEntry {
+            reason: reason.to_string(),
+            dequeue_count: message.dequeue_count,
+            job: task.map(|t| t.job.clone()),
+            table: task.map(|t| t.table.clone()),
+            task: task.map(|t| t.task.clone()),
+            original: message.text.clone(),
+            at: now_rfc3339(),
+            worker: self.identity.clone(),
+        };
+        match self.poison.put(&entry.encode(), None).await {
+            Ok(()) => self.drop_message(message).await,
+            Err(e) => {
+                tracing::error!(error = %e, "could not move the message to the poison queue; it will be redelivered")
+            }
+        }
+    }
+}
