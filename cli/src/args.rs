@@ -9,7 +9,7 @@ use tablevault_azure::config::AccountSetting;
 use tablevault_coordinator::Location;
 use tablevault_core::format::{Compression, DEFAULT_BLOCK_BYTES};
 use tablevault_core::protocol::{DEFAULT_CONTAINER, DEFAULT_QUEUE, RestoreMode};
-use tablevault_worker::process::LogFormat;
+use tablevault_worker::process::{BACKUP, LogFormat};
 
 /// Backup and restore for Azure Table Storage, at any scale.
 ///
@@ -110,24 +110,6 @@ pub struct StoreArgs {
     pub queue: String,
 }
 
-/// The account backups are read from.
-pub const SOURCE: AccountSetting = AccountSetting {
-    what: "source",
-    flag: "--source",
-    env: "TABLEVAULT_SOURCE",
-};
-/// The account holding backups and the queue.
-pub const BACKUP: AccountSetting = AccountSetting {
-    what: "backup",
-    flag: "--backup",
-    env: "TABLEVAULT_BACKUP",
-};
-/// The account restored into.
-pub const TARGET: AccountSetting = AccountSetting {
-    what: "target",
-    flag: "--target",
-    env: "TABLEVAULT_TARGET",
-};
 /// The account verify compares with.
 pub const AGAINST: AccountSetting = AccountSetting {
     what: "comparison",

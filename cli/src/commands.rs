@@ -13,11 +13,9 @@ use tablevault_coordinator::selection::parse_renames;
 use tablevault_coordinator::verify::{VerifyReport, VerifyRequest};
 use tablevault_coordinator::{Error, Result, WatchOptions};
 use tablevault_worker::AccountSet;
-use tablevault_worker::process::shutdown_on_signal;
+use tablevault_worker::process::{SOURCE, TARGET, shutdown_on_signal};
 
-use crate::args::{
-    AGAINST, BackupArgs, Command, ListArgs, RestoreArgs, SOURCE, StatusArgs, TARGET, VerifyArgs,
-};
+use crate::args::{AGAINST, BackupArgs, Command, ListArgs, RestoreArgs, StatusArgs, VerifyArgs};
 use crate::local_workers::InProcessWorkers;
 use crate::progress::ProgressBar;
 

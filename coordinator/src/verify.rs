@@ -149,17 +149,7 @@ struct LiveCursor {
 impl LiveCursor {
     fn new(client: &TableClient, table: &str) -> Self {
         LiveCursor {
-            pages: Box::pin(
-                client
-                    .pages(
-                        table,
-                        Query {
-                            filter: None,
-                            top: Some(1000),
-                        },
-                    )
-                    .into_stream(),
-            ),
+            pages: Box::pin(client.pages(table, Query::scan(None)).into_stream()),
             buffer: VecDeque::new(),
             done: false,
         }

@@ -62,13 +62,17 @@ struct Fault {
     error: Error,
 }
 
-/// Faults to inject, matched in order by operation and a path fragment.
+/// Calls made and faults to inject (matched in order by operation and a path fragment),
+/// shared by both fakes.
 #[derive(Debug, Default)]
-struct Faults(Mutex<VecDeque<Fault>>);
+struct Recorder {
+    calls: Mutex<HashMap<Op, usize>>,
+    faults: Mutex<VecDeque<Fault>>,
+}
 
-impl Faults {
-    fn add(&self, op: Op, path: &str, strike: Strike, error: Error) {
-        self.0.lock().expect("faults").push_back(Fault {
+impl Recorder {
+    fn fail(&self, op: Op, path: &str, strike: Strike, error: Error) {
+        self.faults.lock().expect("faults").push_back(Fault {
             op,
             path: path.to_string(),
             strike,
@@ -76,14 +80,32 @@ impl Faults {
         });
     }
 
-    /// Takes the first fault for `op` whose fragment `path` contains.
-    fn take(&self, op: Op, path: &str) -> Option<(Strike, Error)> {
-        let mut faults = self.0.lock().expect("faults");
-        let i = faults
+    fn calls(&self, op: Op) -> usize {
+        self.calls
+            .lock()
+            .expect("calls")
+            .get(&op)
+            .copied()
+            .unwrap_or(0)
+    }
+
+    /// Counts the call and applies the first scripted fault for `op` whose fragment
+    /// `path` contains: `Err` means fail now, `Ok(Some)` means apply and then fail with
+    /// that error.
+    fn enter(&self, op: Op, path: &str) -> Result<Option<Error>> {
+        *self.calls.lock().expect("calls").entry(op).or_default() += 1;
+        let mut faults = self.faults.lock().expect("faults");
+        let Some(i) = faults
             .iter()
-            .position(|f| f.op == op && path.contains(&f.path))?;
-        let f = faults.remove(i)?;
-        Some((f.strike, f.error))
+            .position(|f| f.op == op && path.contains(&f.path))
+        else {
+            return Ok(None);
+        };
+        let f = faults.remove(i).expect("found above");
+        match f.strike {
+            Strike::Before => Err(f.error),
+            Strike::After => Ok(Some(f.error)),
+        }
     }
 }
 
@@ -125,8 +147,7 @@ pub struct MemoryBlobs {
     container: String,
     blobs: Mutex<BTreeMap<String, StoredBlob>>,
     staged: Mutex<HashMap<(String, String), Bytes>>,
-    calls: Mutex<HashMap<Op, usize>>,
-    faults: Faults,
+    recorder: Recorder,
 }
 
 impl MemoryBlobs {
@@ -141,7 +162,7 @@ impl MemoryBlobs {
     /// Makes the next `op` on a blob whose name contains `path` fail with `error`,
     /// before or after applying it.
     pub fn fail(&self, op: Op, path: &str, strike: Strike, error: Error) {
-        self.faults.add(op, path, strike, error);
+        self.recorder.fail(op, path, strike, error);
     }
 
     /// A blob's bytes, if it exists.
@@ -174,23 +195,7 @@ impl MemoryBlobs {
 
     /// How many times an operation was called (faulted calls included).
     pub fn calls(&self, op: Op) -> usize {
-        self.calls
-            .lock()
-            .expect("calls")
-            .get(&op)
-            .copied()
-            .unwrap_or(0)
-    }
-
-    /// Counts the call and applies any scripted fault: `Err` means fail now, `Ok(Some)`
-    /// means apply and then fail with that error.
-    fn enter(&self, op: Op, path: &str) -> Result<Option<Error>> {
-        *self.calls.lock().expect("calls").entry(op).or_default() += 1;
-        match self.faults.take(op, path) {
-            Some((Strike::Before, e)) => Err(e),
-            Some((Strike::After, e)) => Ok(Some(e)),
-            None => Ok(None),
-        }
+        self.recorder.calls(op)
     }
 
     fn store(&self, name: &str, data: Bytes, options: &PutOptions) -> Result<String> {
@@ -233,7 +238,7 @@ impl BlobStorage for MemoryBlobs {
     }
 
     async fn put_block(&self, blob: &str, block_id: &str, data: Bytes) -> Result<()> {
-        let after = self.enter(Op::PutBlock, blob)?;
+        let after = self.recorder.enter(Op::PutBlock, blob)?;
         self.staged
             .lock()
             .expect("staged")
@@ -247,7 +252,7 @@ impl BlobStorage for MemoryBlobs {
         block_ids: &[String],
         options: &PutOptions,
     ) -> Result<String> {
-        let after = self.enter(Op::PutBlockList, blob)?;
+        let after = self.recorder.enter(Op::PutBlockList, blob)?;
         let mut data = Vec::new();
         {
             let staged = self.staged.lock().expect("staged");
@@ -263,18 +268,18 @@ impl BlobStorage for MemoryBlobs {
     }
 
     async fn put_blob(&self, blob: &str, data: Bytes, options: &PutOptions) -> Result<String> {
-        let after = self.enter(Op::PutBlob, blob)?;
+        let after = self.recorder.enter(Op::PutBlob, blob)?;
         let etag = self.store(blob, data, options);
         then(etag, after)
     }
 
     async fn get(&self, blob: &str) -> Result<Option<Bytes>> {
-        let after = self.enter(Op::Get, blob)?;
+        let after = self.recorder.enter(Op::Get, blob)?;
         then(Ok(self.blob(blob)), after)
     }
 
     async fn get_range(&self, blob: &str, offset: u64, length: u64) -> Result<Bytes> {
-        let after = self.enter(Op::Get, blob)?;
+        let after = self.recorder.enter(Op::Get, blob)?;
         let data = self
             .blob(blob)
             .ok_or_else(|| service("Get Blob Range", 404, "BlobNotFound"))?;
@@ -286,7 +291,7 @@ impl BlobStorage for MemoryBlobs {
     }
 
     async fn properties(&self, blob: &str) -> Result<Option<BlobProperties>> {
-        let after = self.enter(Op::Properties, blob)?;
+        let after = self.recorder.enter(Op::Properties, blob)?;
         let props = self
             .blobs
             .lock()
@@ -301,13 +306,13 @@ impl BlobStorage for MemoryBlobs {
     }
 
     async fn delete(&self, blob: &str) -> Result<bool> {
-        let after = self.enter(Op::Delete, blob)?;
+        let after = self.recorder.enter(Op::Delete, blob)?;
         let existed = self.blobs.lock().expect("blobs").remove(blob).is_some();
         then(Ok(existed), after)
     }
 
     async fn list(&self, prefix: &str, delimiter: Option<&str>) -> Result<ListPage> {
-        let after = self.enter(Op::List, prefix)?;
+        let after = self.recorder.enter(Op::List, prefix)?;
         let mut page = ListPage::default();
         for (name, b) in self.blobs.lock().expect("blobs").iter() {
             let Some(rest) = name.strip_prefix(prefix) else {
@@ -347,8 +352,7 @@ pub struct MemoryQueue {
     name: String,
     messages: Mutex<Vec<QueuedMessage>>,
     next_id: Mutex<u64>,
-    calls: Mutex<HashMap<Op, usize>>,
-    faults: Faults,
+    recorder: Recorder,
 }
 
 impl MemoryQueue {
@@ -363,17 +367,12 @@ impl MemoryQueue {
     /// Makes the next `op` (on a message whose id contains `id`, or any message for `""`)
     /// fail with `error`, before or after applying it.
     pub fn fail(&self, op: Op, id: &str, strike: Strike, error: Error) {
-        self.faults.add(op, id, strike, error);
+        self.recorder.fail(op, id, strike, error);
     }
 
     /// How many times an operation was called.
     pub fn calls(&self, op: Op) -> usize {
-        self.calls
-            .lock()
-            .expect("calls")
-            .get(&op)
-            .copied()
-            .unwrap_or(0)
+        self.recorder.calls(op)
     }
 
     /// Every message's text, visible or not, in insertion order.
@@ -395,15 +394,6 @@ impl MemoryQueue {
             .iter()
             .map(|m| (m.text.clone(), m.dequeue_count, m.visible_at <= now))
             .collect()
-    }
-
-    fn enter(&self, op: Op, id: &str) -> Result<Option<Error>> {
-        *self.calls.lock().expect("calls").entry(op).or_default() += 1;
-        match self.faults.take(op, id) {
-            Some((Strike::Before, e)) => Err(e),
-            Some((Strike::After, e)) => Ok(Some(e)),
-            None => Ok(None),
-        }
     }
 
     fn owned<'a>(
@@ -439,7 +429,7 @@ impl TaskQueue for MemoryQueue {
     }
 
     async fn put(&self, text: &str, visible_after: Option<Duration>) -> Result<()> {
-        let after = self.enter(Op::Put, "")?;
+        let after = self.recorder.enter(Op::Put, "")?;
         let id = {
             let mut n = self.next_id.lock().expect("ids");
             *n += 1;
@@ -456,7 +446,7 @@ impl TaskQueue for MemoryQueue {
     }
 
     async fn receive(&self, max: u8, visibility: Duration) -> Result<Vec<ReceivedMessage>> {
-        let after = self.enter(Op::Receive, "")?;
+        let after = self.recorder.enter(Op::Receive, "")?;
         let now = Instant::now();
         let mut out = Vec::new();
         for m in self.messages.lock().expect("messages").iter_mut() {
@@ -487,7 +477,7 @@ impl TaskQueue for MemoryQueue {
         visibility: Duration,
         new_text: Option<&str>,
     ) -> Result<String> {
-        let after = self.enter(Op::Update, message_id)?;
+        let after = self.recorder.enter(Op::Update, message_id)?;
         let mut messages = self.messages.lock().expect("messages");
         let m = Self::owned(&mut messages, "Update Message", message_id, pop_receipt)?;
         let receipt = uuid::Uuid::new_v4().simple().to_string();
@@ -500,7 +490,7 @@ impl TaskQueue for MemoryQueue {
     }
 
     async fn delete(&self, message_id: &str, pop_receipt: &str) -> Result<()> {
-        let after = self.enter(Op::DeleteMessage, message_id)?;
+        let after = self.recorder.enter(Op::DeleteMessage, message_id)?;
         let mut messages = self.messages.lock().expect("messages");
         Self::owned(&mut messages, "Delete Message", message_id, pop_receipt)?;
         messages.retain(|m| m.id != message_id);

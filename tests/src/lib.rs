@@ -47,13 +47,7 @@ pub fn unique_lower(prefix: &str) -> String {
 /// Every entity of a table, in key order.
 pub async fn scan_all(client: &TableClient, table: &str) -> Vec<Entity> {
     client
-        .pages(
-            table,
-            Query {
-                filter: None,
-                top: Some(1000),
-            },
-        )
+        .pages(table, Query::scan(None))
         .collect_entities()
         .await
         .unwrap_or_else(|e| panic!("scanning {table}: {e}"))
@@ -131,6 +125,26 @@ pub fn edge_entity(pk: &str, rk: &str) -> Entity {
         .with("BinEmpty", EdmValue::Binary(vec![]))
 }
 
+/// Creates `table` and writes `batches` into it (each one entity group transaction);
+/// returns the entities as the service holds them.
+pub async fn load_batches(
+    client: &TableClient,
+    table: &str,
+    batches: impl IntoIterator<Item = Vec<BatchOperation>>,
+) -> Vec<Entity> {
+    client
+        .create_table(table)
+        .await
+        .unwrap_or_else(|e| panic!("creating {table}: {e}"));
+    for ops in batches {
+        client
+            .submit_batch(table, &ops)
+            .await
+            .unwrap_or_else(|e| panic!("loading {table}: {e}"));
+    }
+    scan_all(client, table).await
+}
+
 /// Creates `table` with `partitions × per` small entities (`p000`/`r00000`, …) and
 /// returns them as the service holds them.
 pub async fn load_numbered(
@@ -139,47 +153,34 @@ pub async fn load_numbered(
     partitions: usize,
     per: usize,
 ) -> Vec<Entity> {
-    client
-        .create_table(table)
-        .await
-        .unwrap_or_else(|e| panic!("creating {table}: {e}"));
-    for p in 0..partitions {
-        for chunk in (0..per).collect::<Vec<_>>().chunks(100) {
-            let ops: Vec<_> = chunk
-                .iter()
-                .map(|r| {
-                    BatchOperation::Insert(
-                        Entity::new(format!("p{p:03}"), format!("r{r:05}"))
-                            .with("V", EdmValue::Int64(*r as i64))
-                            .with("Pad", EdmValue::String(format!("{p}-{r}-").repeat(20))),
-                    )
-                })
-                .collect();
-            client
-                .submit_batch(table, &ops)
-                .await
-                .unwrap_or_else(|e| panic!("loading {table}: {e}"));
-        }
-    }
-    scan_all(client, table).await
+    let rows: Vec<usize> = (0..per).collect();
+    let batches = (0..partitions).flat_map(|p| {
+        rows.chunks(100)
+            .map(|chunk| {
+                chunk
+                    .iter()
+                    .map(|r| {
+                        BatchOperation::Insert(
+                            Entity::new(format!("p{p:03}"), format!("r{r:05}"))
+                                .with("V", EdmValue::Int64(*r as i64))
+                                .with("Pad", EdmValue::String(format!("{p}-{r}-").repeat(20))),
+                        )
+                    })
+                    .collect()
+            })
+            .collect::<Vec<_>>()
+    });
+    load_batches(client, table, batches).await
 }
 
 /// Creates `table` holding [`edge_entity`] for every pair of [`AWKWARD_KEYS`] and returns
 /// the entities as the service holds them.
 pub async fn load_edge_table(client: &TableClient, table: &str) -> Vec<Entity> {
-    client
-        .create_table(table)
-        .await
-        .unwrap_or_else(|e| panic!("creating {table}: {e}"));
-    for pk in AWKWARD_KEYS {
-        let ops: Vec<_> = AWKWARD_KEYS
+    let batches = AWKWARD_KEYS.iter().map(|pk| {
+        AWKWARD_KEYS
             .iter()
             .map(|rk| BatchOperation::Insert(edge_entity(pk, rk)))
-            .collect();
-        client
-            .submit_batch(table, &ops)
-            .await
-            .unwrap_or_else(|e| panic!("loading {table}: {e}"));
-    }
-    scan_all(client, table).await
+            .collect()
+    });
+    load_batches(client, table, batches).await
 }

@@ -7,10 +7,11 @@ mod support;
 use std::sync::Arc;
 use std::time::Duration;
 
-use support::{backup_of, blob_client, store, target, watch_opts, worker_config};
+use support::{Setup, backup_of, blob_client, numbered, store, target, watch_opts, worker_config};
 use tablevault_azure::blob::ListOptions;
 use tablevault_azure::queue::{MessageTtl, QueueClient};
 use tablevault_azure::table::{Entity, TableClient};
+use tablevault_coordinator::Location;
 use tablevault_coordinator::backup::{
     BackupRequest, StatusOptions, enqueue, plan, run_backup, status, watch,
 };
@@ -98,6 +99,29 @@ async fn every_type_and_awkward_key_round_trips_exactly() {
     }
 }
 
+/// Runs a backup with in-process workers, checks it completed with `entities`, and
+/// returns its store and manifest.
+async fn complete_backup(
+    req: &BackupRequest,
+    t: &Location,
+    workers: usize,
+    entities: u64,
+) -> (Store, Manifest) {
+    let report = run_backup(req, t, &watch_opts(workers, &req.source))
+        .await
+        .unwrap();
+    assert_eq!(
+        (report.status.as_str(), report.entities),
+        ("complete", entities)
+    );
+    let blobs = store(t);
+    let manifest = load_manifest(&blobs, &report.backup_id)
+        .await
+        .unwrap()
+        .unwrap();
+    (blobs, manifest)
+}
+
 #[tokio::test]
 async fn thousands_of_entities_with_split_keys_and_with_discovery() {
     let env = TestEnv::start().await;
@@ -111,18 +135,7 @@ async fn thousands_of_entities_with_split_keys_and_with_discovery() {
     let t = target(&env.account);
     let mut req = backup_of(&env.account, &table);
     req.split_keys = vec!["p003".into(), "p007x".into(), "p010".into(), "zzz".into()];
-    let report = run_backup(&req, &t, &watch_opts(3, &env.account))
-        .await
-        .unwrap();
-    assert_eq!(
-        (report.status.as_str(), report.entities),
-        ("complete", 3000)
-    );
-    let blobs = store(&t);
-    let manifest = load_manifest(&blobs, &report.backup_id)
-        .await
-        .unwrap()
-        .unwrap();
+    let (blobs, manifest) = complete_backup(&req, &t, 3, 3000).await;
     let counts: Vec<u64> = manifest.tables[0]
         .ranges
         .iter()
@@ -136,18 +149,7 @@ async fn thousands_of_entities_with_split_keys_and_with_discovery() {
     let t = target(&env.account);
     let mut req = backup_of(&env.account, &table);
     req.ranges_per_table = 8;
-    let report = run_backup(&req, &t, &watch_opts(4, &env.account))
-        .await
-        .unwrap();
-    assert_eq!(
-        (report.status.as_str(), report.entities),
-        ("complete", 3000)
-    );
-    let blobs = store(&t);
-    let manifest = load_manifest(&blobs, &report.backup_id)
-        .await
-        .unwrap()
-        .unwrap();
+    let (blobs, manifest) = complete_backup(&req, &t, 4, 3000).await;
     let ranges = &manifest.tables[0].ranges;
     assert!(
         ranges.len() >= 6 && ranges.len() <= 12,
@@ -203,11 +205,14 @@ async fn data_blobs(blobs: &Store, id: &str) -> Vec<String> {
 
 #[tokio::test]
 async fn a_killed_worker_is_redone_with_no_duplicate_and_no_loss() {
-    let env = TestEnv::start().await;
-    let client = TableClient::new(&env.account).unwrap();
-    let table = unique_table("kill");
-    let n = load_numbered(&client, &table, 2, 1500).await.len();
-    let t = target(&env.account);
+    let Setup {
+        env,
+        client,
+        table,
+        source,
+        t,
+    } = numbered("kill", 2, 1500).await;
+    let n = source.len();
     let mut req = backup_of(&env.account, &table);
     req.split_keys = vec![]; // discovery finds 2 partitions
     req.ranges_per_table = 1; // one big task
@@ -265,11 +270,14 @@ async fn a_killed_worker_is_redone_with_no_duplicate_and_no_loss() {
 
 #[tokio::test]
 async fn two_attempts_racing_on_one_task_commit_once() {
-    let env = TestEnv::start().await;
-    let client = TableClient::new(&env.account).unwrap();
-    let table = unique_table("race");
-    let n = load_numbered(&client, &table, 3, 400).await.len();
-    let t = target(&env.account);
+    let Setup {
+        env,
+        client,
+        table,
+        source,
+        t,
+    } = numbered("race", 3, 400).await;
+    let n = source.len();
     let mut req = backup_of(&env.account, &table);
     req.ranges_per_table = 1;
     let job = plan(&req, &t).await.unwrap();
@@ -321,11 +329,13 @@ async fn two_attempts_racing_on_one_task_commit_once() {
 
 #[tokio::test]
 async fn a_poisoned_task_leaves_the_backup_incomplete_until_retried() {
-    let env = TestEnv::start().await;
-    let client = TableClient::new(&env.account).unwrap();
-    let table = unique_table("poison");
-    load_numbered(&client, &table, 2, 50).await;
-    let t = target(&env.account);
+    let Setup {
+        env,
+        client,
+        table,
+        source: _,
+        t,
+    } = numbered("poison", 2, 50).await;
     let mut req = backup_of(&env.account, &table);
     req.split_keys = vec!["p001".into()];
     let job = plan(&req, &t).await.unwrap();
@@ -368,11 +378,13 @@ async fn a_poisoned_task_leaves_the_backup_incomplete_until_retried() {
 
 #[tokio::test]
 async fn a_task_delivered_too_often_is_poisoned_with_its_history() {
-    let env = TestEnv::start().await;
-    let client = TableClient::new(&env.account).unwrap();
-    let table = unique_table("attempts");
-    load_numbered(&client, &table, 1, 2000).await;
-    let t = target(&env.account);
+    let Setup {
+        env,
+        client: _,
+        table,
+        source: _,
+        t,
+    } = numbered("attempts", 1, 2000).await;
     let mut req = backup_of(&env.account, &table);
     req.max_attempts = 2;
     req.block_bytes = 64 * 1024;
@@ -466,11 +478,14 @@ async fn malformed_foreign_and_stale_messages_lose_nothing() {
 
 #[tokio::test]
 async fn a_restarted_coordinator_finishes_the_job() {
-    let env = TestEnv::start().await;
-    let client = TableClient::new(&env.account).unwrap();
-    let table = unique_table("restart");
-    let n = load_numbered(&client, &table, 10, 200).await.len();
-    let t = target(&env.account);
+    let Setup {
+        env,
+        client,
+        table,
+        source,
+        t,
+    } = numbered("restart", 10, 200).await;
+    let n = source.len();
     let mut req = backup_of(&env.account, &table);
     req.ranges_per_table = 10;
     let mut opts = watch_opts(1, &env.account);

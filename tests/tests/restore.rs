@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use support::{backup_of, blob_client, store, target, watch_opts, worker_config};
+use support::{Setup, backup_of, blob_client, numbered, store, target, watch_opts, worker_config};
 use tablevault_azure::blob::PutOptions;
 use tablevault_azure::table::{BatchOperation, EdmValue, Entity, TableClient};
 use tablevault_cli::exit::{ExitCode, error_code};
@@ -20,7 +20,7 @@ use tablevault_core::format::Compression;
 use tablevault_core::keys::EntityKey;
 use tablevault_core::protocol::RestoreMode;
 use tablevault_core::store::BackupPaths;
-use tablevault_tests::{TestEnv, load_edge_table, load_numbered, scan_all, unique_table};
+use tablevault_tests::{TestEnv, load_edge_table, scan_all, unique_table};
 use tablevault_worker::{Worker, WorkerStats};
 use tokio_util::sync::CancellationToken;
 
@@ -80,11 +80,13 @@ async fn every_type_round_trips_through_backup_and_restore() {
 
 #[tokio::test]
 async fn thousands_of_entities_restore_per_block_and_per_blob() {
-    let env = TestEnv::start().await;
-    let client = TableClient::new(&env.account).unwrap();
-    let table = unique_table("many");
-    let source = load_numbered(&client, &table, 30, 100).await;
-    let t = target(&env.account);
+    let Setup {
+        env,
+        client,
+        table,
+        source,
+        t,
+    } = numbered("many", 30, 100).await;
     let mut req = backup_of(&env.account, &table);
     req.block_bytes = 64 * 1024;
     req.blocks_per_blob = 3;
@@ -120,11 +122,13 @@ async fn thousands_of_entities_restore_per_block_and_per_blob() {
 
 #[tokio::test]
 async fn each_mode_treats_existing_entities_as_documented() {
-    let env = TestEnv::start().await;
-    let client = TableClient::new(&env.account).unwrap();
-    let table = unique_table("modes");
-    let source = load_numbered(&client, &table, 2, 50).await;
-    let t = target(&env.account);
+    let Setup {
+        env,
+        client,
+        table,
+        source,
+        t,
+    } = numbered("modes", 2, 50).await;
     let req = backup_of(&env.account, &table);
     let backup = run_backup(&req, &t, &watch_opts(2, &env.account))
         .await
@@ -253,11 +257,13 @@ async fn each_mode_treats_existing_entities_as_documented() {
 
 #[tokio::test]
 async fn a_killed_worker_mid_restore_is_redone() {
-    let env = TestEnv::start().await;
-    let client = TableClient::new(&env.account).unwrap();
-    let table = unique_table("kill");
-    let source = load_numbered(&client, &table, 20, 100).await;
-    let t = target(&env.account);
+    let Setup {
+        env,
+        client,
+        table,
+        source,
+        t,
+    } = numbered("kill", 20, 100).await;
     let mut req = backup_of(&env.account, &table);
     req.ranges_per_table = 1;
     let backup = run_backup(&req, &t, &watch_opts(1, &env.account))
@@ -294,11 +300,13 @@ async fn a_killed_worker_mid_restore_is_redone() {
 
 #[tokio::test]
 async fn a_corrupt_block_is_reported_and_nothing_from_it_is_written() {
-    let env = TestEnv::start().await;
-    let client = TableClient::new(&env.account).unwrap();
-    let table = unique_table("corrupt");
-    let source = load_numbered(&client, &table, 4, 250).await;
-    let t = target(&env.account);
+    let Setup {
+        env,
+        client,
+        table,
+        source,
+        t,
+    } = numbered("corrupt", 4, 250).await;
     let mut req = backup_of(&env.account, &table);
     req.block_bytes = 64 * 1024;
     req.blocks_per_blob = 1;
@@ -385,11 +393,13 @@ async fn a_corrupt_block_is_reported_and_nothing_from_it_is_written() {
 
 #[tokio::test]
 async fn restore_refuses_incomplete_backups_and_unknown_versions() {
-    let env = TestEnv::start().await;
-    let client = TableClient::new(&env.account).unwrap();
-    let table = unique_table("refuse");
-    load_numbered(&client, &table, 1, 10).await;
-    let t = target(&env.account);
+    let Setup {
+        env,
+        client: _,
+        table,
+        source: _,
+        t,
+    } = numbered("refuse", 1, 10).await;
     let req = backup_of(&env.account, &table);
     // Planned but never run: no manifest.
     let job = tablevault_coordinator::backup::plan(&req, &t)
@@ -438,11 +448,13 @@ async fn restore_refuses_incomplete_backups_and_unknown_versions() {
 
 #[tokio::test]
 async fn verify_finds_every_difference_with_a_live_table() {
-    let env = TestEnv::start().await;
-    let client = TableClient::new(&env.account).unwrap();
-    let table = unique_table("live");
-    load_numbered(&client, &table, 3, 40).await;
-    let t = target(&env.account);
+    let Setup {
+        env,
+        client,
+        table,
+        source: _,
+        t,
+    } = numbered("live", 3, 40).await;
     let req = backup_of(&env.account, &table);
     let backup = run_backup(&req, &t, &watch_opts(2, &env.account))
         .await

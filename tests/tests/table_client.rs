@@ -107,13 +107,7 @@ async fn a_table_of_several_pages_is_read_whole_and_in_order() {
         }
     }
     let pages: Vec<_> = client
-        .pages(
-            &table,
-            Query {
-                filter: None,
-                top: Some(1000),
-            },
-        )
+        .pages(&table, Query::scan(None))
         .into_stream()
         .try_collect()
         .await

@@ -142,3 +142,79 @@ async fn keep(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tablevault_core::testing::{MemoryQueue, Op, Strike, busy};
+
+    const VISIBILITY: Duration = Duration::from_secs(30);
+
+    async fn claimed(queue: &Arc<MemoryQueue>) -> ReceivedMessage {
+        queue.put("task", None).await.unwrap();
+        queue.receive(1, VISIBILITY).await.unwrap().remove(0)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn keeps_the_message_invisible_for_as_long_as_the_work_takes() {
+        let queue = Arc::new(MemoryQueue::new("q"));
+        let message = claimed(&queue).await;
+        let lease = Lease::start(queue.clone(), &message, VISIBILITY);
+        tokio::time::sleep(Duration::from_secs(300)).await;
+        assert!(!lease.lost().is_cancelled());
+        assert_eq!(queue.snapshot(), vec![("task".into(), 1, false)]);
+        assert!(queue.calls(Op::Update) >= 9, "extended every 10 s");
+        lease.complete().await.unwrap();
+        assert!(queue.texts().is_empty(), "completed: deleted");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_stale_receipt_means_the_lease_is_lost() {
+        let queue = Arc::new(MemoryQueue::new("q"));
+        let message = claimed(&queue).await;
+        let lease = Lease::start(queue.clone(), &message, VISIBILITY);
+        // Someone else claimed it: the next extension finds its receipt stale.
+        queue.fail(
+            Op::Update,
+            "",
+            Strike::Before,
+            Error::LostOwnership {
+                op: "Update Message",
+                message_id: message.message_id.clone(),
+                code: "PopReceiptMismatch".into(),
+            },
+        );
+        tokio::time::sleep(Duration::from_secs(11)).await;
+        assert!(lease.lost().is_cancelled());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_lease_that_cannot_be_extended_in_time_is_given_up() {
+        let queue = Arc::new(MemoryQueue::new("q"));
+        let message = claimed(&queue).await;
+        for _ in 0..100 {
+            queue.fail(Op::Update, "", Strike::Before, busy("Update Message"));
+        }
+        let lease = Lease::start(queue.clone(), &message, VISIBILITY);
+        // The message would reappear at 30 s; the attempt must have stopped before.
+        tokio::time::sleep(Duration::from_secs(29)).await;
+        assert!(
+            lease.lost().is_cancelled(),
+            "stopped before the message could reappear"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn release_makes_the_message_visible_again_with_new_text() {
+        let queue = Arc::new(MemoryQueue::new("q"));
+        let message = claimed(&queue).await;
+        let lease = Lease::start(queue.clone(), &message, VISIBILITY);
+        lease
+            .release(Duration::from_secs(5), Some("task+error"))
+            .await
+            .unwrap();
+        assert_eq!(queue.snapshot(), vec![("task+error".into(), 1, false)]);
+        tokio::time::sleep(Duration::from_secs(6)).await;
+        assert_eq!(queue.snapshot(), vec![("task+error".into(), 1, true)]);
+    }
+}

@@ -9,6 +9,7 @@ use clap::Parser;
 use tablevault_azure::StorageAccount;
 use tablevault_azure::config::{AccountSetting, FALLBACK_ENV};
 use tablevault_core::protocol::DEFAULT_QUEUE;
+use tablevault_worker::process::{BACKUP, SOURCE, TARGET};
 use tablevault_worker::process::{LogFormat, init_logging, shutdown_on_signal, tune_allocator};
 use tablevault_worker::{AccountSet, Worker, WorkerConfig, WorkerStats};
 
@@ -62,22 +63,6 @@ struct Args {
     #[arg(long, value_enum, default_value_t = LogFormat::Text)]
     log_format: LogFormat,
 }
-
-const BACKUP: AccountSetting = AccountSetting {
-    what: "backup",
-    flag: "--backup",
-    env: "TABLEVAULT_BACKUP",
-};
-const SOURCE: AccountSetting = AccountSetting {
-    what: "source",
-    flag: "--source",
-    env: "TABLEVAULT_SOURCE",
-};
-const TARGET: AccountSetting = AccountSetting {
-    what: "target",
-    flag: "--target",
-    env: "TABLEVAULT_TARGET",
-};
 
 fn main() -> std::process::ExitCode {
     tune_allocator();

@@ -1,7 +1,27 @@
 //! Process plumbing shared by the `tablevault` and `tablevault-worker` binaries: logging,
 //! shutdown signals and allocator tuning.
 
+use tablevault_azure::config::AccountSetting;
 use tokio_util::sync::CancellationToken;
+
+/// The account holding backups and the task queue, as both binaries name it.
+pub const BACKUP: AccountSetting = AccountSetting {
+    what: "backup",
+    flag: "--backup",
+    env: "TABLEVAULT_BACKUP",
+};
+/// The account tables are backed up from.
+pub const SOURCE: AccountSetting = AccountSetting {
+    what: "source",
+    flag: "--source",
+    env: "TABLEVAULT_SOURCE",
+};
+/// The account tables are restored into.
+pub const TARGET: AccountSetting = AccountSetting {
+    what: "target",
+    flag: "--target",
+    env: "TABLEVAULT_TARGET",
+};
 
 /// Log output format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]

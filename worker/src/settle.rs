@@ -180,3 +180,136 @@ impl Settler {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tablevault_core::keys::KeyRange;
+    use tablevault_core::protocol::{PROTOCOL_VERSION, TaskKind, last_error};
+    use tablevault_core::testing::{MemoryBlobs, MemoryQueue};
+
+    struct Fixture {
+        queue: Arc<MemoryQueue>,
+        poison: Arc<MemoryQueue>,
+        blobs: Arc<MemoryBlobs>,
+        store: Store,
+        settler: Settler,
+        task: TaskMessage,
+    }
+
+    fn fixture() -> Fixture {
+        let queue = Arc::new(MemoryQueue::new("q"));
+        let poison = Arc::new(MemoryQueue::new("q-poison"));
+        let blobs = Arc::new(MemoryBlobs::new("c"));
+        Fixture {
+            settler: Settler::new(
+                queue.clone(),
+                poison.clone(),
+                Arc::new(WorkerStats::default()),
+                "test-worker",
+            ),
+            store: Store::new(blobs.clone()),
+            queue,
+            poison,
+            blobs,
+            task: TaskMessage {
+                v: PROTOCOL_VERSION,
+                container: "c".into(),
+                job: "job1".into(),
+                table: "Tbl".into(),
+                task: "r0000".into(),
+                kind: TaskKind::Backup {
+                    range: KeyRange::all(),
+                },
+            },
+        }
+    }
+
+    async fn claim(f: &Fixture) -> (ReceivedMessage, Lease) {
+        f.queue.put(&f.task.encode(), None).await.unwrap();
+        let m = f
+            .queue
+            .receive(1, Duration::from_secs(30))
+            .await
+            .unwrap()
+            .remove(0);
+        let lease = Lease::start(f.queue.clone(), &m, Duration::from_secs(30));
+        (m, lease)
+    }
+
+    fn target<'a>(f: &'a Fixture) -> PoisonTarget<'a> {
+        PoisonTarget {
+            store: &f.store,
+            path: "job1/poison/Tbl/r0000.json",
+            task: &f.task,
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn done_deletes_the_message() {
+        let f = fixture();
+        let (m, lease) = claim(&f).await;
+        f.settler.settle(lease, Ok(()), &m, target(&f)).await;
+        assert!(f.queue.texts().is_empty());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_transient_failure_gives_the_message_back_later_with_the_error() {
+        let f = fixture();
+        let (m, lease) = claim(&f).await;
+        let outcome = Err(TaskError::Transient("HTTP 503 ServerBusy".into()));
+        f.settler.settle(lease, outcome, &m, target(&f)).await;
+        let snapshot = f.queue.snapshot();
+        assert_eq!(snapshot.len(), 1);
+        assert!(!snapshot[0].2, "not visible at once");
+        assert_eq!(
+            last_error(&snapshot[0].0).as_deref(),
+            Some("HTTP 503 ServerBusy")
+        );
+        tokio::time::sleep(retry_delay(1) + Duration::from_secs(1)).await;
+        assert!(f.queue.snapshot()[0].2, "visible after the retry delay");
+        assert!(f.poison.texts().is_empty());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_permanent_failure_poisons_the_task_with_its_record() {
+        let f = fixture();
+        let (m, lease) = claim(&f).await;
+        let outcome = Err(TaskError::Permanent("TableNotFound".into()));
+        f.settler.settle(lease, outcome, &m, target(&f)).await;
+        assert!(f.queue.texts().is_empty(), "gone from the task queue");
+        let poisoned = f.poison.texts();
+        assert_eq!(poisoned.len(), 1);
+        let entry = PoisonEntry::decode(&poisoned[0]).unwrap();
+        assert_eq!(entry.reason, "TableNotFound");
+        assert_eq!(entry.original, f.task.encode());
+        let record: PoisonRecord = f
+            .store
+            .read("job1/poison/Tbl/r0000.json")
+            .await
+            .unwrap()
+            .expect("a poison record next to the job");
+        assert_eq!((record.task.as_str(), record.dequeue_count), ("r0000", 1));
+        assert_eq!(f.blobs.names().len(), 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_lost_lease_touches_nothing() {
+        let f = fixture();
+        let (m, lease) = claim(&f).await;
+        f.settler
+            .settle(lease, Err(TaskError::Lost), &m, target(&f))
+            .await;
+        assert_eq!(f.queue.texts().len(), 1);
+        assert!(f.poison.texts().is_empty() && f.blobs.names().is_empty());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_handed_back_task_keeps_all_its_deliveries() {
+        let f = fixture();
+        let (m, lease) = claim(&f).await;
+        drop(lease);
+        f.settler.hand_back(&m, Duration::ZERO).await;
+        assert_eq!(f.queue.snapshot(), vec![(f.task.encode(), 0, true)]);
+    }
+}

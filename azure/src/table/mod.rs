@@ -57,6 +57,17 @@ pub struct Query {
     pub top: Option<u32>,
 }
 
+impl Query {
+    /// Every entity matching `filter` (all of them for `None`), in pages as full as the
+    /// service allows: how tables are read when everything is wanted.
+    pub fn scan(filter: Option<Filter>) -> Self {
+        Query {
+            filter,
+            top: Some(MAX_PAGE_SIZE),
+        }
+    }
+}
+
 /// Where the next page starts, as the service said. Opaque: send it back as given.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Continuation {

@@ -176,3 +176,114 @@ impl BlockWriter {
             .await;
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use tablevault_azure::table::{EdmValue, Entity};
+
+    use super::*;
+    use crate::format::{Packer, PackerConfig};
+    use crate::testing::{MemoryBlobs, Op, Strike, busy};
+
+    /// Blocks of about 64 KiB from `n` entities.
+    fn blocks(n: usize) -> Vec<SealedBlock> {
+        let mut config = PackerConfig::new("Tbl", Compression::Zstd);
+        config.block_bytes = 64 * 1024;
+        let mut packer = Packer::new(config);
+        let mut out = Vec::new();
+        for i in 0..n {
+            let e = Entity::new(format!("p{:03}", i / 100), format!("r{i:06}"))
+                .with("S", EdmValue::String(format!("{i}-").repeat(40)));
+            out.extend(packer.push(e));
+        }
+        out.extend(packer.finish());
+        out
+    }
+
+    fn writer(store: &Store, blocks_per_blob: usize) -> BlockWriter {
+        store.block_writer(
+            &BackupPaths::new("job1"),
+            "Tbl",
+            "r0000",
+            "att",
+            Compression::Zstd,
+            blocks_per_blob,
+        )
+    }
+
+    #[tokio::test]
+    async fn blocks_fill_blobs_and_read_back_exactly() {
+        let memory = Arc::new(MemoryBlobs::new("c"));
+        let store = Store::new(memory.clone());
+        let input = blocks(3000);
+        assert!(input.len() >= 5, "{} blocks", input.len());
+        let mut w = writer(&store, 2);
+        for b in input.clone() {
+            w.add(b).await.unwrap();
+        }
+        let written = w.finish().await.unwrap();
+        assert_eq!(
+            written.len(),
+            input.len().div_ceil(2),
+            "two blocks per blob"
+        );
+        assert_eq!(memory.names().len(), written.len());
+        let mut entities = 0;
+        for blob in &written {
+            assert!(blob.blocks.len() <= 2);
+            let mut offset = 0;
+            for record in &blob.blocks {
+                assert_eq!(record.offset, offset, "blocks lie end to end");
+                offset += record.length;
+                let decoded = store
+                    .read_block(&blob.name, record, Compression::Zstd)
+                    .await
+                    .unwrap();
+                entities += decoded.entity_count();
+            }
+            assert_eq!(blob.length, offset);
+        }
+        assert_eq!(entities, 3000);
+    }
+
+    #[tokio::test]
+    async fn a_failed_upload_fails_the_writer_and_abandon_removes_what_it_committed() {
+        let memory = Arc::new(MemoryBlobs::new("c"));
+        let store = Store::new(memory.clone());
+        let input = blocks(3000);
+        let mut w = writer(&store, 1);
+        w.add(input[0].clone()).await.unwrap();
+        assert_eq!(memory.names().len(), 1, "the first blob is committed");
+        memory.fail(Op::PutBlock, "", Strike::Before, busy("Put Block"));
+        let mut failed = false;
+        for b in input[1..].iter().cloned() {
+            if w.add(b).await.is_err() {
+                failed = true;
+                break;
+            }
+        }
+        assert!(failed, "the upload error reaches the writer");
+        w.abandon().await;
+        assert!(memory.names().is_empty(), "{:?}", memory.names());
+    }
+
+    #[tokio::test]
+    async fn a_damaged_block_is_refused_whole() {
+        let memory = Arc::new(MemoryBlobs::new("c"));
+        let store = Store::new(memory.clone());
+        let mut w = writer(&store, 20);
+        for b in blocks(500) {
+            w.add(b).await.unwrap();
+        }
+        let blob = w.finish().await.unwrap().remove(0);
+        let mut bytes = memory.blob(&blob.name).unwrap().to_vec();
+        let i = (blob.blocks[0].length / 2) as usize;
+        bytes[i] ^= 1;
+        memory.tamper(&blob.name, bytes::Bytes::from(bytes));
+        let err = store
+            .read_block(&blob.name, &blob.blocks[0], Compression::Zstd)
+            .await
+            .unwrap_err();
+        assert!(err.to_string().contains("checksum mismatch"), "{err}");
+    }
+}

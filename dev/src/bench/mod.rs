@@ -14,7 +14,7 @@ use std::time::Instant;
 
 use anyhow::{Context, bail};
 use serde::Serialize;
-use tablevault_azure::table::{MAX_PAGE_SIZE, Query, TableClient};
+use tablevault_azure::table::{Query, TableClient};
 
 use crate::emulator::Azurite;
 
@@ -84,13 +84,7 @@ pub struct ScanResult {
 pub async fn measure_scan(client: &TableClient, table: &str) -> anyhow::Result<ScanResult> {
     let started = Instant::now();
     let (mut entities, mut bytes) = (0u64, 0u64);
-    let mut pages = client.pages(
-        table,
-        Query {
-            filter: None,
-            top: Some(MAX_PAGE_SIZE),
-        },
-    );
+    let mut pages = client.pages(table, Query::scan(None));
     while let Some(page) = pages.next_page().await {
         let page = page?;
         entities += page.entities.len() as u64;

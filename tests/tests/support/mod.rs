@@ -8,11 +8,12 @@ use std::time::Duration;
 
 use tablevault_azure::StorageAccount;
 use tablevault_azure::blob::BlobClient;
+use tablevault_azure::table::{Entity, TableClient};
 use tablevault_cli::local_workers::InProcessWorkers;
 use tablevault_coordinator::backup::BackupRequest;
 use tablevault_coordinator::{Location, WatchOptions};
 use tablevault_core::store::Store;
-use tablevault_tests::unique_lower;
+use tablevault_tests::{TestEnv, load_numbered, unique_lower, unique_table};
 use tablevault_worker::{AccountSet, WorkerConfig};
 use tokio_util::sync::CancellationToken;
 
@@ -67,4 +68,34 @@ pub fn backup_of(account: &StorageAccount, table: &str) -> BackupRequest {
     let mut req = BackupRequest::new(account.clone());
     req.tables = Some(vec![table.to_string()]);
     req
+}
+
+/// A test's emulator, a numbered table in it, and a fresh backup location.
+pub struct Setup {
+    /// The emulator.
+    pub env: TestEnv,
+    /// Its Table client.
+    pub client: TableClient,
+    /// The loaded table.
+    pub table: String,
+    /// The table's entities as the service holds them.
+    pub source: Vec<Entity>,
+    /// A fresh container and queue.
+    pub t: Location,
+}
+
+/// Starts an emulator and loads a table of `partitions × per` numbered entities.
+pub async fn numbered(prefix: &str, partitions: usize, per: usize) -> Setup {
+    let env = TestEnv::start().await;
+    let client = TableClient::new(&env.account).unwrap();
+    let table = unique_table(prefix);
+    let source = load_numbered(&client, &table, partitions, per).await;
+    let t = target(&env.account);
+    Setup {
+        env,
+        client,
+        table,
+        source,
+        t,
+    }
 }

@@ -5,7 +5,7 @@
 //! The scan runs one page ahead of packing and uploading, so the source is read while
 //! blocks go out; memory stays at a page or two plus a few blocks.
 
-use tablevault_azure::table::{EntityPage, MAX_PAGE_SIZE, Query, TableClient};
+use tablevault_azure::table::{EntityPage, Query, TableClient};
 use tablevault_core::format::{FORMAT_VERSION, Packer, PackerConfig};
 use tablevault_core::keys::{EntityKey, KeyRange};
 use tablevault_core::protocol::{BackupJob, CommitRecord, now_rfc3339};
@@ -134,13 +134,7 @@ impl BackupAttempt<'_> {
         let filters = self.range.filters();
         let scanner = tokio::spawn(async move {
             for filter in filters {
-                let mut pages = source.pages(
-                    &table,
-                    Query {
-                        filter,
-                        top: Some(MAX_PAGE_SIZE),
-                    },
-                );
+                let mut pages = source.pages(&table, Query::scan(filter));
                 loop {
                     // Wait for room before fetching: one page is packed while the next is
                     // read, and no more than those two are held.
@@ -254,5 +248,93 @@ pub async fn commit(
             store.delete_unreferenced(&names).await;
             Err(e.into())
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use bytes::Bytes;
+    use tablevault_core::testing::{MemoryBlobs, Op, Strike, reset};
+
+    use super::*;
+
+    fn record(attempt: &str, blobs: &MemoryBlobs) -> CommitRecord {
+        let name = BackupPaths::new("job1").data_blob("Tbl", "r0000", attempt, 0);
+        blobs.tamper(&name, Bytes::from_static(b"data"));
+        CommitRecord {
+            format: FORMAT_VERSION,
+            job: "job1".into(),
+            table: "Tbl".into(),
+            task: "r0000".into(),
+            attempt: attempt.into(),
+            range: KeyRange::all(),
+            entities: 7,
+            raw_bytes: 4,
+            stored_bytes: 4,
+            blobs: vec![tablevault_core::protocol::BlobRecord {
+                name,
+                entities: 7,
+                length: 4,
+                blocks: Vec::new(),
+            }],
+            started_at: String::new(),
+            finished_at: String::new(),
+            worker: "w".into(),
+        }
+    }
+
+    fn setup() -> (Arc<MemoryBlobs>, Store, BackupPaths) {
+        let blobs = Arc::new(MemoryBlobs::new("c"));
+        (blobs.clone(), Store::new(blobs), BackupPaths::new("job1"))
+    }
+
+    #[tokio::test]
+    async fn the_first_commit_wins_and_the_loser_cleans_up() {
+        let (blobs, store, paths) = setup();
+        let (a, b) = (record("aaaa", &blobs), record("bbbb", &blobs));
+        assert_eq!(
+            commit(&store, &paths, &a).await,
+            Ok(BackupOutcome::Committed { entities: 7 })
+        );
+        assert_eq!(
+            commit(&store, &paths, &b).await,
+            Ok(BackupOutcome::LostRace)
+        );
+        let names = blobs.names();
+        assert!(names.iter().any(|n| n.contains("/aaaa/")), "{names:?}");
+        assert!(!names.iter().any(|n| n.contains("/bbbb/")), "{names:?}");
+        let winner: CommitRecord = store
+            .read(&paths.commit("Tbl", "r0000"))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(winner.attempt, "aaaa");
+    }
+
+    #[tokio::test]
+    async fn a_commit_whose_answer_is_lost_is_read_back() {
+        let (blobs, store, paths) = setup();
+        let a = record("aaaa", &blobs);
+        blobs.fail(Op::PutBlob, "/tasks/", Strike::After, reset("Put Blob"));
+        assert_eq!(
+            commit(&store, &paths, &a).await,
+            Ok(BackupOutcome::Committed { entities: 7 }),
+            "it landed: the attempt committed and keeps its blobs"
+        );
+        assert!(blobs.names().iter().any(|n| n.contains("/aaaa/")));
+    }
+
+    #[tokio::test]
+    async fn a_commit_that_did_not_land_fails_and_frees_its_blobs() {
+        let (blobs, store, paths) = setup();
+        let a = record("aaaa", &blobs);
+        blobs.fail(Op::PutBlob, "/tasks/", Strike::Before, reset("Put Blob"));
+        assert!(matches!(
+            commit(&store, &paths, &a).await,
+            Err(TaskError::Transient(_))
+        ));
+        assert!(blobs.names().is_empty(), "{:?}", blobs.names());
     }
 }
