@@ -104,6 +104,12 @@ impl Store {
     }
 
     /// Writes a JSON record only if none exists (`If-None-Match: *`), with blob metadata.
+    ///
+    /// Every record this creates is unique (it names an attempt, a fresh id, a time), so
+    /// an uncertain outcome is settled by reading the record back: a record equal to ours
+    /// is ours, whatever the answer said. That covers a retried create whose first try
+    /// landed (the retry sees `409`) and a timeout or reset after the write was applied.
+    /// An error means the record is not known to exist.
     pub async fn create<T: Serialize>(
         &self,
         path: &str,
@@ -115,12 +121,27 @@ impl Store {
             content_type: Some("application/json".into()),
             if_none_match: true,
         };
-        match self.blobs.put_blob(path, json(value), &options).await {
-            Ok(_) => Ok(CreateOutcome::Created),
-            Err(e) if e.has_code("BlobAlreadyExists") || e.status() == Some(412) => {
-                Ok(CreateOutcome::AlreadyExists)
+        let body = json(value);
+        let err = match self.blobs.put_blob(path, body.clone(), &options).await {
+            Ok(_) => return Ok(CreateOutcome::Created),
+            Err(e) if e.is_safe_to_resend() => return Err(e.into()),
+            Err(e) => e,
+        };
+        let conflict = err.has_code("BlobAlreadyExists") || err.status() == Some(412);
+        match self.blobs.get(path).await {
+            Ok(Some(stored)) if stored == body => {
+                tracing::debug!(path, error = %err, "the create had landed; the record is ours");
+                Ok(CreateOutcome::Created)
             }
-            Err(e) => Err(e.into()),
+            Ok(Some(_)) => Ok(CreateOutcome::AlreadyExists),
+            Ok(None) if conflict => Err(StoreError::Corrupt(format!(
+                "{path} was reported to exist but cannot be read"
+            ))),
+            Ok(None) => Err(err.into()),
+            Err(read) => {
+                tracing::warn!(path, error = %read, "cannot read back a record whose create was uncertain");
+                Err(err.into())
+            }
         }
     }
 
@@ -286,6 +307,53 @@ fn parse_record_name(name: &str, prefix: &str) -> Option<RecordKey> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::testing::{MemoryBlobs, Op, Strike, busy, reset, service};
+
+    fn store() -> (Arc<MemoryBlobs>, Store) {
+        let blobs = Arc::new(MemoryBlobs::new("c"));
+        (blobs.clone(), Store::new(blobs))
+    }
+
+    #[tokio::test]
+    async fn a_create_whose_first_try_landed_is_ours() {
+        let (blobs, store) = store();
+        let conflict = service("Put Blob", 409, "BlobAlreadyExists");
+        blobs.fail(Op::PutBlob, "r", Strike::After, conflict);
+        assert_eq!(
+            store.create("r", &"mine", Vec::new()).await.unwrap(),
+            CreateOutcome::Created
+        );
+        blobs.fail(Op::PutBlob, "s", Strike::After, reset("Put Blob"));
+        assert_eq!(
+            store.create("s", &"mine", Vec::new()).await.unwrap(),
+            CreateOutcome::Created
+        );
+    }
+
+    #[tokio::test]
+    async fn a_create_that_finds_another_record_leaves_it() {
+        let (_, store) = store();
+        store.create("r", &"theirs", Vec::new()).await.unwrap();
+        assert_eq!(
+            store.create("r", &"mine", Vec::new()).await.unwrap(),
+            CreateOutcome::AlreadyExists
+        );
+        assert_eq!(store.read::<String>("r").await.unwrap().unwrap(), "theirs");
+    }
+
+    #[tokio::test]
+    async fn a_create_that_did_not_land_is_an_error() {
+        let (blobs, store) = store();
+        blobs.fail(Op::PutBlob, "r", Strike::Before, reset("Put Blob"));
+        assert!(store.create("r", &"mine", Vec::new()).await.is_err());
+        blobs.fail(Op::PutBlob, "r", Strike::Before, busy("Put Blob"));
+        assert!(store.create("r", &"mine", Vec::new()).await.is_err());
+        assert_eq!(
+            blobs.calls(Op::Get),
+            1,
+            "a refused create needs no read-back"
+        );
+    }
 
     #[test]
     fn record_names() {

@@ -10,7 +10,7 @@ use tablevault_core::format::{FORMAT_VERSION, Packer, PackerConfig};
 use tablevault_core::keys::{EntityKey, KeyRange};
 use tablevault_core::protocol::{BackupJob, CommitRecord, now_rfc3339};
 use tablevault_core::stats::WorkerStats;
-use tablevault_core::store::{BackupPaths, BlockWriter, CreateOutcome, Store};
+use tablevault_core::store::{BackupPaths, BlockWriter, CreateOutcome, Store, StoreError};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
@@ -198,9 +198,10 @@ fn blob_names(record: &CommitRecord) -> Vec<String> {
 }
 
 /// Commits an attempt: creates the task's commit record only if none exists. If another
-/// attempt's record is there, this attempt lost and deletes its blobs. If the outcome is
-/// unknown, the record is read back to see whose it is; blobs are deleted only when they
-/// are certainly unreferenced.
+/// attempt's record is there, this attempt lost and deletes its blobs. An uncertain
+/// outcome is settled by the store, which reads the record back. Blobs are deleted only
+/// when certainly unreferenced: after losing, or when the commit certainly never reached
+/// the service; otherwise they stay for finalize to collect if unreferenced.
 pub async fn commit(
     store: &Store,
     paths: &BackupPaths,
@@ -232,20 +233,9 @@ pub async fn commit(
             Ok(BackupOutcome::LostRace)
         }
         Err(e) => {
-            // The commit may or may not have landed; only blobs we are sure nobody
-            // references may go. If it landed, our blobs are referenced: keep them.
-            let landed = store
-                .read::<CommitRecord>(&path)
-                .await
-                .ok()
-                .flatten()
-                .is_some_and(|r| r.attempt == record.attempt);
-            if landed {
-                return Ok(BackupOutcome::Committed {
-                    entities: record.entities,
-                });
+            if matches!(&e, StoreError::Storage(s) if s.is_safe_to_resend()) {
+                store.delete_unreferenced(&names).await;
             }
-            store.delete_unreferenced(&names).await;
             Err(e.into())
         }
     }
@@ -256,7 +246,7 @@ mod tests {
     use std::sync::Arc;
 
     use bytes::Bytes;
-    use tablevault_core::testing::{MemoryBlobs, Op, Strike, reset};
+    use tablevault_core::testing::{MemoryBlobs, Op, Strike, busy, reset, service};
 
     use super::*;
 
@@ -327,7 +317,42 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_commit_that_did_not_land_fails_and_frees_its_blobs() {
+    async fn a_retried_commit_that_finds_its_own_record_has_committed() {
+        // The first try landed but its answer was lost; the retry got 409.
+        let (blobs, store, paths) = setup();
+        let a = record("aaaa", &blobs);
+        blobs.fail(
+            Op::PutBlob,
+            "/tasks/",
+            Strike::After,
+            service("Put Blob", 409, "BlobAlreadyExists"),
+        );
+        assert_eq!(
+            commit(&store, &paths, &a).await,
+            Ok(BackupOutcome::Committed { entities: 7 })
+        );
+        assert!(
+            blobs.names().iter().any(|n| n.contains("/aaaa/")),
+            "the data of a committed attempt is never deleted: {:?}",
+            blobs.names()
+        );
+    }
+
+    #[tokio::test]
+    async fn a_commit_refused_before_it_was_applied_fails_and_frees_its_blobs() {
+        let (blobs, store, paths) = setup();
+        let a = record("aaaa", &blobs);
+        blobs.fail(Op::PutBlob, "/tasks/", Strike::Before, busy("Put Blob"));
+        assert!(matches!(
+            commit(&store, &paths, &a).await,
+            Err(TaskError::Transient(_))
+        ));
+        assert!(blobs.names().is_empty(), "{:?}", blobs.names());
+    }
+
+    #[tokio::test]
+    async fn an_uncertain_commit_fails_but_keeps_its_blobs() {
+        // A reset: the create may still be applied later, so nothing it could name may go.
         let (blobs, store, paths) = setup();
         let a = record("aaaa", &blobs);
         blobs.fail(Op::PutBlob, "/tasks/", Strike::Before, reset("Put Blob"));
@@ -335,6 +360,6 @@ mod tests {
             commit(&store, &paths, &a).await,
             Err(TaskError::Transient(_))
         ));
-        assert!(blobs.names().is_empty(), "{:?}", blobs.names());
+        assert_eq!(blobs.names().len(), 1, "{:?}", blobs.names());
     }
 }
