@@ -125,6 +125,7 @@ impl StoreArgs {
             container: self.container.clone(),
             queue: self.queue.clone(),
             client_options: Default::default(),
+            backends: None,
         })
     }
 }

@@ -429,15 +429,19 @@ pub async fn status(
                 .ok_or_else(|| {
                     Error::Internal(format!("poisoned task {table}/{task} is not in the plan"))
                 })?;
-            store
-                .delete(&BackupPaths::new(id).poison(table, task))
-                .await?;
+            // Queue first, then forget the record, and only the version read: if the new
+            // delivery has already been poisoned again, its record stays.
+            let path = BackupPaths::new(id).poison(table, task);
+            let Some(etag) = store.blobs().properties(&path).await?.map(|p| p.etag) else {
+                continue;
+            };
             queue
                 .put(
                     &task_message(&job, &location.container, table, planned).encode(),
                     None,
                 )
                 .await?;
+            store.blobs().delete_if_match(&path, &etag).await?;
             tracing::info!(table, task, "poisoned task re-queued");
         }
         state.records.poisoned.clear();
@@ -464,3 +468,6 @@ pub async fn status(
     }
     watch(location, job, opts).await
 }
+
+#[cfg(test)]
+mod tests;

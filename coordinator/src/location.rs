@@ -12,6 +12,27 @@ use tablevault_core::store::Store;
 
 use crate::Result;
 
+/// Where a location's storage really is, when not the Azure account itself: the seam
+/// through which unit tests run the control plane on in-memory fakes.
+#[derive(Clone)]
+pub struct Backends {
+    /// The container's store.
+    pub store: Store,
+    /// The task queue.
+    pub queue: Arc<dyn TaskQueue>,
+    /// Its poison queue.
+    pub poison: Arc<dyn TaskQueue>,
+}
+
+impl std::fmt::Debug for Backends {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Backends")
+            .field("container", &self.store.container())
+            .field("queue", &self.queue.name())
+            .finish()
+    }
+}
+
 /// The backup account, container and task queue of a job.
 #[derive(Debug, Clone)]
 pub struct Location {
@@ -23,11 +44,16 @@ pub struct Location {
     pub queue: String,
     /// HTTP and retry settings.
     pub client_options: ClientOptions,
+    /// Storage to use instead of the account's (tests); `None` in real use.
+    pub backends: Option<Backends>,
 }
 
 impl Location {
     /// The container's store.
     pub fn store(&self) -> Result<Store> {
+        if let Some(b) = &self.backends {
+            return Ok(b.store.clone());
+        }
         Ok(Store::azure(BlobClient::with_options(
             &self.account,
             &self.container,
@@ -37,6 +63,9 @@ impl Location {
 
     /// The task queue.
     pub fn task_queue(&self) -> Result<Arc<dyn TaskQueue>> {
+        if let Some(b) = &self.backends {
+            return Ok(b.queue.clone());
+        }
         Ok(Arc::new(QueueClient::with_options(
             &self.account,
             &self.queue,
@@ -46,6 +75,9 @@ impl Location {
 
     /// The poison queue that goes with the task queue.
     pub fn poison_queue(&self) -> Result<Arc<dyn TaskQueue>> {
+        if let Some(b) = &self.backends {
+            return Ok(b.poison.clone());
+        }
         Ok(Arc::new(QueueClient::with_options(
             &self.account,
             &poison_queue_name(&self.queue),

@@ -311,6 +311,18 @@ impl BlobStorage for MemoryBlobs {
         then(Ok(existed), after)
     }
 
+    async fn delete_if_match(&self, blob: &str, etag: &str) -> Result<bool> {
+        let after = self.recorder.enter(Op::Delete, blob)?;
+        let mut blobs = self.blobs.lock().expect("blobs");
+        let matches = blobs
+            .get(blob)
+            .is_some_and(|b| format!("\"{}\"", b.etag) == etag);
+        if matches {
+            blobs.remove(blob);
+        }
+        then(Ok(matches), after)
+    }
+
     async fn list(&self, prefix: &str, delimiter: Option<&str>) -> Result<ListPage> {
         let after = self.recorder.enter(Op::List, prefix)?;
         let mut page = ListPage::default();

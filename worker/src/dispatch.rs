@@ -60,7 +60,9 @@ impl Worker {
             Ok(t) => t,
             Err(why) => {
                 tracing::error!(message_id = %message.message_id, reason = %why, "malformed task message; moving it to the poison queue");
-                self.settler.move_to_poison(&message, &why, None).await;
+                self.settler
+                    .move_to_poison(&message, &message.pop_receipt, &why, None)
+                    .await;
                 return;
             }
         };
@@ -135,8 +137,9 @@ impl Worker {
         let store = match self.jobs.store(&task.container) {
             Ok(s) => s,
             Err(e) => {
+                let why = format!("bad container: {e}");
                 settler
-                    .move_to_poison(&message, &format!("bad container: {e}"), None)
+                    .move_to_poison(&message, &message.pop_receipt, &why, None)
                     .await;
                 return;
             }
@@ -192,7 +195,9 @@ impl Worker {
                     "none recorded (the attempts timed out or their workers died)".into()
                 })
             );
-            settler.poison_task(poison, &message, &reason).await;
+            settler
+                .poison_task(poison, &message, &message.pop_receipt, &reason)
+                .await;
             return;
         }
         let (lease, outcome) = match &resolved.work {

@@ -63,6 +63,12 @@ impl Lease {
         self.receipt.lock().expect("receipt lock").clone()
     }
 
+    /// Stops keeping the message and returns its current pop receipt, for whoever settles
+    /// it next (a poison move, a hand-back).
+    pub async fn stop(mut self) -> String {
+        self.stop_keeper().await
+    }
+
     /// The work is done: deletes the message. A stale receipt here means another worker
     /// holds the message; it will find the task committed and delete it itself.
     pub async fn complete(mut self) -> Result<(), Error> {

@@ -91,8 +91,8 @@ impl Settler {
                 }
             }
             Err(TaskError::Permanent(why)) => {
-                drop(lease);
-                self.poison_task(poison, message, &why).await;
+                let receipt = lease.stop().await;
+                self.poison_task(poison, message, &receipt, &why).await;
             }
         }
     }
@@ -125,19 +125,17 @@ impl Settler {
             .await;
     }
 
-    /// Gives a task up: its poison record next to the job, then the message moves to the
-    /// poison queue.
+    /// Gives a task up: first its poison record next to the job, then the message moves
+    /// to the poison queue (using `receipt`, the message's current pop receipt). If the
+    /// record cannot be written the message is given back instead, so the task is always
+    /// queued or poisoned with its record, never neither.
     pub async fn poison_task(
         &self,
         target: PoisonTarget<'_>,
         message: &ReceivedMessage,
+        receipt: &str,
         reason: &str,
     ) {
-        WorkerStats::add(&self.stats.tasks_poisoned, 1);
-        tracing::error!(
-            reason,
-            "task poisoned: it will not be retried and its job cannot complete"
-        );
         let task = target.task;
         let record = PoisonRecord {
             job: task.job.clone(),
@@ -149,16 +147,30 @@ impl Settler {
             worker: self.identity.clone(),
         };
         if let Err(e) = target.store.overwrite(target.path, &record).await {
-            tracing::warn!(error = %e, "could not write the poison record");
+            tracing::warn!(error = %e, "could not write the poison record; giving the task back to poison it later");
+            let delay = retry_delay(message.dequeue_count);
+            let _ = self
+                .queue
+                .update(&message.message_id, receipt, delay, None)
+                .await;
+            return;
         }
-        self.move_to_poison(message, reason, Some(task)).await;
+        WorkerStats::add(&self.stats.tasks_poisoned, 1);
+        tracing::error!(
+            reason,
+            "task poisoned: it will not be retried and its job cannot complete"
+        );
+        self.move_to_poison(message, receipt, reason, Some(task))
+            .await;
         self.stats.changed.notify_one();
     }
 
-    /// Moves a message to the poison queue with the reason, untouched otherwise.
+    /// Moves a message to the poison queue with the reason, untouched otherwise: the copy
+    /// is put first, then the original deleted with `receipt`, its current pop receipt.
     pub async fn move_to_poison(
         &self,
         message: &ReceivedMessage,
+        receipt: &str,
         reason: &str,
         task: Option<&TaskMessage>,
     ) {
@@ -173,7 +185,9 @@ impl Settler {
             worker: self.identity.clone(),
         };
         match self.poison.put(&entry.encode(), None).await {
-            Ok(()) => self.drop_message(message).await,
+            Ok(()) => {
+                let _ = self.queue.delete(&message.message_id, receipt).await;
+            }
             Err(e) => {
                 tracing::error!(error = %e, "could not move the message to the poison queue; it will be redelivered")
             }
@@ -186,7 +200,7 @@ mod tests {
     use super::*;
     use tablevault_core::keys::KeyRange;
     use tablevault_core::protocol::{PROTOCOL_VERSION, TaskKind, last_error};
-    use tablevault_core::testing::{MemoryBlobs, MemoryQueue};
+    use tablevault_core::testing::{MemoryBlobs, MemoryQueue, Op, Strike, busy};
 
     struct Fixture {
         queue: Arc<MemoryQueue>,
@@ -291,6 +305,41 @@ mod tests {
             .expect("a poison record next to the job");
         assert_eq!((record.task.as_str(), record.dequeue_count), ("r0000", 1));
         assert_eq!(f.blobs.names().len(), 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_task_is_not_dropped_when_its_poison_record_cannot_be_written() {
+        let f = fixture();
+        let (m, lease) = claim(&f).await;
+        f.blobs
+            .fail(Op::PutBlob, "/poison/", Strike::Before, busy("Put Blob"));
+        let outcome = Err(TaskError::Permanent("TableNotFound".into()));
+        f.settler.settle(lease, outcome, &m, target(&f)).await;
+        assert!(
+            f.poison.texts().is_empty(),
+            "not poisoned without its record"
+        );
+        assert_eq!(
+            f.queue.texts().len(),
+            1,
+            "the message stays, so the task is queued or poisoned, never neither"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn poisoning_after_a_lease_extension_uses_the_current_receipt() {
+        let f = fixture();
+        let (m, lease) = claim(&f).await;
+        // The keeper extends at a third of the visibility: the claim's receipt is stale.
+        tokio::time::sleep(Duration::from_secs(11)).await;
+        assert!(f.queue.calls(Op::Update) >= 1);
+        let outcome = Err(TaskError::Permanent("TableNotFound".into()));
+        f.settler.settle(lease, outcome, &m, target(&f)).await;
+        assert_eq!(f.poison.texts().len(), 1);
+        assert!(
+            f.queue.texts().is_empty(),
+            "the original is deleted, not redelivered and poisoned again"
+        );
     }
 
     #[tokio::test(start_paused = true)]

@@ -318,9 +318,23 @@ impl BlobClient {
 
     /// Deletes a blob; `false` if it did not exist.
     pub async fn delete(&self, blob: &str) -> Result<bool> {
+        self.delete_if(blob, None).await
+    }
+
+    /// Deletes a blob only if its ETag is still `etag` (`If-Match`), so a version written
+    /// since it was read survives; `false` if it did not exist or had changed.
+    pub async fn delete_if_match(&self, blob: &str, etag: &str) -> Result<bool> {
+        self.delete_if(blob, Some(etag)).await
+    }
+
+    async fn delete_if(&self, blob: &str, etag: Option<&str>) -> Result<bool> {
         const OP: &str = "Delete Blob";
-        let req = Request::new(OP, Method::DELETE, self.blob_path(OP, blob)?);
+        let mut req = Request::new(OP, Method::DELETE, self.blob_path(OP, blob)?);
+        if let Some(etag) = etag {
+            req = req.header("if-match", etag);
+        }
         match self.svc.send(req).await {
+            Err(e) if e.status() == Some(412) => Ok(false),
             Ok(_) => Ok(true),
             Err(e) if e.status() == Some(404) => Ok(false),
             Err(e) => Err(e),

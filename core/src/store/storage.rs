@@ -44,6 +44,10 @@ pub trait BlobStorage: Send + Sync {
     /// Deletes a blob; `false` if it did not exist.
     async fn delete(&self, blob: &str) -> Result<bool>;
 
+    /// Deletes a blob only if its ETag is still `etag`; `false` if it did not exist or
+    /// had changed.
+    async fn delete_if_match(&self, blob: &str, etag: &str) -> Result<bool>;
+
     /// Every blob (and, with a delimiter, every virtual directory) under `prefix`.
     async fn list(&self, prefix: &str, delimiter: Option<&str>) -> Result<ListPage>;
 }
@@ -89,6 +93,10 @@ impl BlobStorage for BlobClient {
 
     async fn delete(&self, blob: &str) -> Result<bool> {
         BlobClient::delete(self, blob).await
+    }
+
+    async fn delete_if_match(&self, blob: &str, etag: &str) -> Result<bool> {
+        BlobClient::delete_if_match(self, blob, etag).await
     }
 
     async fn list(&self, prefix: &str, delimiter: Option<&str>) -> Result<ListPage> {

@@ -89,6 +89,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         container: DEFAULT_CONTAINER.into(),
         queue: DEFAULT_QUEUE.into(),
         client_options: Default::default(),
+        backends: None,
     };
     let watch = |what| {
         let mut opts = watch_options(

@@ -24,6 +24,7 @@ pub fn target(account: &StorageAccount) -> Location {
         container: unique_lower("bk"),
         queue: unique_lower("tasks"),
         client_options: Default::default(),
+        backends: None,
     }
 }
 

@@ -1,0 +1,116 @@
+//! The backup control plane's steps on in-memory fakes, where faults can be placed
+//! between any two of them.
+
+use std::sync::Arc;
+
+use tablevault_core::keys::KeyRange;
+use tablevault_core::protocol::{PoisonRecord, TablePlan};
+use tablevault_core::testing::{MemoryBlobs, MemoryQueue, Op, Strike, busy};
+use tokio_util::sync::CancellationToken;
+
+use super::*;
+use crate::location::Backends;
+
+/// A location on fakes, holding a planned one-task backup whose task was poisoned.
+pub(crate) struct Fakes {
+    pub blobs: Arc<MemoryBlobs>,
+    pub queue: Arc<MemoryQueue>,
+    pub location: Location,
+    pub job: BackupJob,
+}
+
+pub(crate) async fn fakes() -> Fakes {
+    let blobs = Arc::new(MemoryBlobs::new("c"));
+    let queue = Arc::new(MemoryQueue::new("q"));
+    let location = Location {
+        account: StorageAccount::emulator(),
+        container: "c".into(),
+        queue: "q".into(),
+        client_options: Default::default(),
+        backends: Some(Backends {
+            store: Store::new(blobs.clone()),
+            queue: queue.clone(),
+            poison: Arc::new(MemoryQueue::new("q-poison")),
+        }),
+    };
+    let job = BackupJob {
+        protocol: PROTOCOL_VERSION,
+        format: FORMAT_VERSION,
+        backup_id: new_backup_id(),
+        created_at: now_rfc3339(),
+        source: AccountRef::of(&location.account).unwrap(),
+        options: BackupOptions {
+            compression: Compression::Zstd,
+            blocks_per_blob: 20,
+            block_bytes: DEFAULT_BLOCK_BYTES,
+            batch_bytes: DEFAULT_BATCH_BYTES,
+            max_attempts: 5,
+            queue: "q".into(),
+        },
+        tables: vec![TablePlan {
+            name: "Tbl".into(),
+            planning: "whole".into(),
+            tasks: vec![PlannedTask {
+                task: "r0000".into(),
+                range: KeyRange::all(),
+            }],
+        }],
+        tool_version: "test".into(),
+    };
+    let store = location.store().unwrap();
+    let paths = BackupPaths::new(&job.backup_id);
+    store.create(&paths.job(), &job, Vec::new()).await.unwrap();
+    store.mark(&paths.enqueued_marker(), "1").await.unwrap();
+    let poison = PoisonRecord {
+        job: job.backup_id.clone(),
+        table: "Tbl".into(),
+        task: "r0000".into(),
+        reason: "TableNotFound".into(),
+        dequeue_count: 1,
+        at: now_rfc3339(),
+        worker: "w".into(),
+    };
+    store
+        .overwrite(&paths.poison("Tbl", "r0000"), &poison)
+        .await
+        .unwrap();
+    Fakes {
+        blobs,
+        queue,
+        location,
+        job,
+    }
+}
+
+fn retry_poisoned() -> StatusOptions {
+    StatusOptions {
+        wait: false,
+        retry_poisoned: true,
+    }
+}
+
+#[tokio::test]
+async fn retrying_a_poisoned_task_queues_it_before_forgetting_its_record() {
+    let f = fakes().await;
+    let opts = WatchOptions::new(CancellationToken::new());
+    f.queue
+        .fail(Op::Put, "", Strike::Before, busy("Put Message"));
+    let id = f.job.backup_id.clone();
+    assert!(
+        status(&f.location, &id, retry_poisoned(), &opts)
+            .await
+            .is_err()
+    );
+    let poison_path = BackupPaths::new(&id).poison("Tbl", "r0000");
+    assert!(
+        f.blobs.blob(&poison_path).is_some(),
+        "the task is still poisoned with its record, not neither queued nor poisoned"
+    );
+    // Once the queue works, the task is queued and the record goes.
+    let report = status(&f.location, &id, retry_poisoned(), &opts)
+        .await
+        .unwrap();
+    assert_eq!(report.status, JobStatus::InProgress);
+    assert_eq!(f.queue.texts().len(), 1);
+    assert!(f.blobs.blob(&poison_path).is_none());
+}
