@@ -52,6 +52,8 @@ pub enum Strike {
     Before,
     /// The service applies the request, then the answer is lost.
     After,
+    /// The request is never answered (a stalled endpoint); the error is not used.
+    Hang,
 }
 
 #[derive(Debug)]
@@ -92,19 +94,25 @@ impl Recorder {
     /// Counts the call and applies the first scripted fault for `op` whose fragment
     /// `path` contains: `Err` means fail now, `Ok(Some)` means apply and then fail with
     /// that error.
-    fn enter(&self, op: Op, path: &str) -> Result<Option<Error>> {
+    async fn enter(&self, op: Op, path: &str) -> Result<Option<Error>> {
         *self.calls.lock().expect("calls").entry(op).or_default() += 1;
-        let mut faults = self.faults.lock().expect("faults");
-        let Some(i) = faults
-            .iter()
-            .position(|f| f.op == op && path.contains(&f.path))
-        else {
+        let fault = {
+            let mut faults = self.faults.lock().expect("faults");
+            faults
+                .iter()
+                .position(|f| f.op == op && path.contains(&f.path))
+                .and_then(|i| faults.remove(i))
+        };
+        let Some(f) = fault else {
             return Ok(None);
         };
-        let f = faults.remove(i).expect("found above");
         match f.strike {
             Strike::Before => Err(f.error),
             Strike::After => Ok(Some(f.error)),
+            Strike::Hang => {
+                std::future::pending::<()>().await;
+                unreachable!("a hung request never completes")
+            }
         }
     }
 }
@@ -238,7 +246,7 @@ impl BlobStorage for MemoryBlobs {
     }
 
     async fn put_block(&self, blob: &str, block_id: &str, data: Bytes) -> Result<()> {
-        let after = self.recorder.enter(Op::PutBlock, blob)?;
+        let after = self.recorder.enter(Op::PutBlock, blob).await?;
         self.staged
             .lock()
             .expect("staged")
@@ -252,7 +260,7 @@ impl BlobStorage for MemoryBlobs {
         block_ids: &[String],
         options: &PutOptions,
     ) -> Result<String> {
-        let after = self.recorder.enter(Op::PutBlockList, blob)?;
+        let after = self.recorder.enter(Op::PutBlockList, blob).await?;
         let mut data = Vec::new();
         {
             let staged = self.staged.lock().expect("staged");
@@ -268,18 +276,18 @@ impl BlobStorage for MemoryBlobs {
     }
 
     async fn put_blob(&self, blob: &str, data: Bytes, options: &PutOptions) -> Result<String> {
-        let after = self.recorder.enter(Op::PutBlob, blob)?;
+        let after = self.recorder.enter(Op::PutBlob, blob).await?;
         let etag = self.store(blob, data, options);
         then(etag, after)
     }
 
     async fn get(&self, blob: &str) -> Result<Option<Bytes>> {
-        let after = self.recorder.enter(Op::Get, blob)?;
+        let after = self.recorder.enter(Op::Get, blob).await?;
         then(Ok(self.blob(blob)), after)
     }
 
     async fn get_range(&self, blob: &str, offset: u64, length: u64) -> Result<Bytes> {
-        let after = self.recorder.enter(Op::Get, blob)?;
+        let after = self.recorder.enter(Op::Get, blob).await?;
         let data = self
             .blob(blob)
             .ok_or_else(|| service("Get Blob Range", 404, "BlobNotFound"))?;
@@ -291,7 +299,7 @@ impl BlobStorage for MemoryBlobs {
     }
 
     async fn properties(&self, blob: &str) -> Result<Option<BlobProperties>> {
-        let after = self.recorder.enter(Op::Properties, blob)?;
+        let after = self.recorder.enter(Op::Properties, blob).await?;
         let props = self
             .blobs
             .lock()
@@ -306,13 +314,13 @@ impl BlobStorage for MemoryBlobs {
     }
 
     async fn delete(&self, blob: &str) -> Result<bool> {
-        let after = self.recorder.enter(Op::Delete, blob)?;
+        let after = self.recorder.enter(Op::Delete, blob).await?;
         let existed = self.blobs.lock().expect("blobs").remove(blob).is_some();
         then(Ok(existed), after)
     }
 
     async fn delete_if_match(&self, blob: &str, etag: &str) -> Result<bool> {
-        let after = self.recorder.enter(Op::Delete, blob)?;
+        let after = self.recorder.enter(Op::Delete, blob).await?;
         let mut blobs = self.blobs.lock().expect("blobs");
         let matches = blobs
             .get(blob)
@@ -324,7 +332,7 @@ impl BlobStorage for MemoryBlobs {
     }
 
     async fn list(&self, prefix: &str, delimiter: Option<&str>) -> Result<ListPage> {
-        let after = self.recorder.enter(Op::List, prefix)?;
+        let after = self.recorder.enter(Op::List, prefix).await?;
         let mut page = ListPage::default();
         for (name, b) in self.blobs.lock().expect("blobs").iter() {
             let Some(rest) = name.strip_prefix(prefix) else {
@@ -441,7 +449,7 @@ impl TaskQueue for MemoryQueue {
     }
 
     async fn put(&self, text: &str, visible_after: Option<Duration>) -> Result<()> {
-        let after = self.recorder.enter(Op::Put, "")?;
+        let after = self.recorder.enter(Op::Put, "").await?;
         let id = {
             let mut n = self.next_id.lock().expect("ids");
             *n += 1;
@@ -458,7 +466,7 @@ impl TaskQueue for MemoryQueue {
     }
 
     async fn receive(&self, max: u8, visibility: Duration) -> Result<Vec<ReceivedMessage>> {
-        let after = self.recorder.enter(Op::Receive, "")?;
+        let after = self.recorder.enter(Op::Receive, "").await?;
         let now = Instant::now();
         let mut out = Vec::new();
         for m in self.messages.lock().expect("messages").iter_mut() {
@@ -489,7 +497,7 @@ impl TaskQueue for MemoryQueue {
         visibility: Duration,
         new_text: Option<&str>,
     ) -> Result<String> {
-        let after = self.recorder.enter(Op::Update, message_id)?;
+        let after = self.recorder.enter(Op::Update, message_id).await?;
         let mut messages = self.messages.lock().expect("messages");
         let m = Self::owned(&mut messages, "Update Message", message_id, pop_receipt)?;
         let receipt = uuid::Uuid::new_v4().simple().to_string();
@@ -502,7 +510,7 @@ impl TaskQueue for MemoryQueue {
     }
 
     async fn delete(&self, message_id: &str, pop_receipt: &str) -> Result<()> {
-        let after = self.recorder.enter(Op::DeleteMessage, message_id)?;
+        let after = self.recorder.enter(Op::DeleteMessage, message_id).await?;
         let mut messages = self.messages.lock().expect("messages");
         Self::owned(&mut messages, "Delete Message", message_id, pop_receipt)?;
         messages.retain(|m| m.id != message_id);

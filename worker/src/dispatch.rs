@@ -69,7 +69,9 @@ impl Worker {
         if let Some(only) = &self.config.only_job
             && &task.job != only
         {
-            self.settler.hand_back(&message, Duration::ZERO).await;
+            self.settler
+                .hand_back(&message, &message.pop_receipt, Duration::ZERO)
+                .await;
             return;
         }
         let span = tracing::info_span!("task", job = %task.job, table = %task.table, task = %task.task, delivery = message.dequeue_count);
@@ -144,40 +146,43 @@ impl Worker {
                 return;
             }
         };
+        // The message is ours from here on, however long reading the job's files takes.
+        let lease = Lease::start(
+            self.lease_queue.clone(),
+            &message,
+            self.config.claim_visibility(),
+            self.config.visibility,
+        );
         let resolved = match self.resolve(&store, &task).await {
             Ok(Some(r)) => r,
             Ok(None) => {
                 tracing::warn!(
                     "stale message: its backup or restore does not exist (deleted?); dropping it"
                 );
-                settler.drop_message(&message).await;
+                let _ = lease.complete().await;
                 return;
             }
             Err(e) if e.status() == Some(404) => {
                 tracing::warn!(error = %e, "stale message: the backup data it refers to is gone; dropping it");
-                settler.drop_message(&message).await;
+                let _ = lease.complete().await;
                 return;
             }
             Err(e) => {
                 tracing::warn!(error = %e, "cannot read the job's files; giving the task back");
-                settler
-                    .release_unleased(&message, Duration::from_secs(5))
-                    .await;
+                let _ = lease.release(READ_FAILED_RETRY, None).await;
                 return;
             }
         };
         match store.exists(&resolved.done).await {
             Ok(true) => {
                 tracing::debug!("task already done; dropping the duplicate message");
-                settler.drop_message(&message).await;
+                let _ = lease.complete().await;
                 return;
             }
             Ok(false) => {}
             Err(e) => {
                 tracing::warn!(error = %e, "cannot check whether the task is done; giving it back");
-                settler
-                    .release_unleased(&message, Duration::from_secs(5))
-                    .await;
+                let _ = lease.release(READ_FAILED_RETRY, None).await;
                 return;
             }
         }
@@ -195,22 +200,25 @@ impl Worker {
                     "none recorded (the attempts timed out or their workers died)".into()
                 })
             );
+            let receipt = lease.stop().await;
             settler
-                .poison_task(poison, &message, &message.pop_receipt, &reason)
+                .poison_task(poison, &message, &receipt, &reason)
                 .await;
             return;
         }
-        let (lease, outcome) = match &resolved.work {
+        let outcome = match &resolved.work {
             Work::Backup { job, range } => {
                 let Some(source) = self
                     .jobs
                     .table_client(&self.config.sources, &job.source, None)
                 else {
                     tracing::warn!(account = %job.source.account, "this worker has no credentials for the source account; handing the task to another worker (configure --source)");
-                    settler.hand_back(&message, Duration::from_secs(30)).await;
+                    let receipt = lease.stop().await;
+                    settler
+                        .hand_back(&message, &receipt, NO_CREDENTIALS_RETRY)
+                        .await;
                     return;
                 };
-                let lease = Lease::start(self.queue.clone(), &message, self.config.visibility);
                 let attempt = BackupAttempt {
                     store: &store,
                     job,
@@ -227,7 +235,7 @@ impl Worker {
                 if matches!(outcome, Ok(BackupOutcome::Committed { .. })) {
                     WorkerStats::add(&self.stats.tasks_committed, 1);
                 }
-                (lease, outcome.map(|_| ()))
+                outcome.map(|_| ())
             }
             Work::Restore {
                 job,
@@ -241,10 +249,12 @@ impl Worker {
                         .table_client(&self.config.targets, &job.target, Some(&limiter))
                 else {
                     tracing::warn!(account = %job.target.account, "this worker has no credentials for the target account; handing the task to another worker (configure --target)");
-                    settler.hand_back(&message, Duration::from_secs(30)).await;
+                    let receipt = lease.stop().await;
+                    settler
+                        .hand_back(&message, &receipt, NO_CREDENTIALS_RETRY)
+                        .await;
                     return;
                 };
-                let lease = Lease::start(self.queue.clone(), &message, self.config.visibility);
                 let attempt = RestoreAttempt {
                     store: &store,
                     backup_id: &task.job,
@@ -265,9 +275,14 @@ impl Worker {
                 if matches!(outcome, Ok(RestoreOutcome::Done(_))) {
                     WorkerStats::add(&self.stats.tasks_committed, 1);
                 }
-                (lease, outcome.map(|_| ()))
+                outcome.map(|_| ())
             }
         };
         settler.settle(lease, outcome, &message, poison).await;
     }
 }
+
+/// How soon a task whose job files could not be read is tried again.
+const READ_FAILED_RETRY: Duration = Duration::from_secs(5);
+/// How soon a task this worker has no credentials for is offered again.
+const NO_CREDENTIALS_RETRY: Duration = Duration::from_secs(30);

@@ -22,7 +22,7 @@ use crate::limiter::AdaptiveLimit;
 const CACHE_LIMIT: usize = 256;
 
 /// Builds the store of a container (the Azure one, or a fake in tests).
-pub(crate) type StoreFactory = Arc<dyn Fn(&str) -> Result<Store, ConfigError> + Send + Sync>;
+pub type StoreFactory = Arc<dyn Fn(&str) -> Result<Store, ConfigError> + Send + Sync>;
 
 /// The store factory for containers of an Azure account.
 pub(crate) fn azure_stores(account: StorageAccount, options: ClientOptions) -> StoreFactory {

@@ -3,7 +3,10 @@
 //! A keeper extends the message's visibility at a third of the timeout and holds the
 //! latest pop receipt. If the service says the receipt is stale, or the keeper cannot
 //! prove ownership before the timeout would lapse, the lease is lost: the task must stop,
-//! because another worker may already have the message.
+//! because another worker may already have the message. Each extension is one bounded
+//! try; the keeper does its own retrying against the deadline. An extension whose outcome
+//! is unknown may have replaced the receipt: a stale answer after one is not proof of
+//! loss, so the attempt goes on without extending (its commit is create-only anyway).
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -25,10 +28,12 @@ pub struct Lease {
 }
 
 impl Lease {
-    /// Starts keeping `message` (claimed with `visibility`) invisible.
+    /// Starts keeping `message`, claimed for `claimed_for`, invisible in steps of
+    /// `visibility`.
     pub fn start(
         queue: Arc<dyn TaskQueue>,
         message: &ReceivedMessage,
+        claimed_for: Duration,
         visibility: Duration,
     ) -> Lease {
         let receipt = Arc::new(Mutex::new(message.pop_receipt.clone()));
@@ -38,6 +43,7 @@ impl Lease {
             queue.clone(),
             message.message_id.clone(),
             receipt.clone(),
+            claimed_for,
             visibility,
             lost.clone(),
             stop.clone(),
@@ -104,28 +110,61 @@ async fn keep(
     queue: Arc<dyn TaskQueue>,
     message_id: String,
     receipt: Arc<Mutex<String>>,
+    claimed_for: Duration,
     visibility: Duration,
     lost: CancellationToken,
     stop: CancellationToken,
 ) {
-    let period = visibility / 3;
     // The message stays invisible until this instant unless extended.
-    let mut deadline = Instant::now() + visibility;
-    let mut next = Instant::now() + period;
+    let mut deadline = Instant::now() + claimed_for;
+    let mut next = Instant::now() + claimed_for / 3;
+    // Set after an extension whose outcome is unknown: it may have landed, replacing the
+    // receipt we hold with one we never saw.
+    let mut uncertain = false;
     loop {
         tokio::select! {
             _ = stop.cancelled() => return,
             _ = tokio::time::sleep_until(next) => {}
         }
+        let margin = visibility / 6;
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left <= margin {
+            tracing::warn!(
+                message_id,
+                "cannot extend the queue message before it reappears; stopping this attempt"
+            );
+            lost.cancel();
+            return;
+        }
         let current = receipt.lock().expect("receipt lock").clone();
         let asked_at = Instant::now();
-        match queue.update(&message_id, &current, visibility, None).await {
-            Ok(new_receipt) => {
+        // One try, bounded by the time left: the keeper retries itself, and must not sit
+        // in a long retry while the message reappears.
+        let answer = tokio::time::timeout(
+            (left - margin).min(visibility / 3),
+            queue.update(&message_id, &current, visibility, None),
+        )
+        .await;
+        match answer {
+            Ok(Ok(new_receipt)) => {
                 *receipt.lock().expect("receipt lock") = new_receipt;
                 deadline = asked_at + visibility;
-                next = asked_at + period;
+                next = asked_at + visibility / 3;
+                uncertain = false;
             }
-            Err(Error::LostOwnership { code, .. }) => {
+            Ok(Err(Error::LostOwnership { code, .. })) if uncertain => {
+                // Our own unanswered extension may have replaced the receipt. Whether we
+                // still own the message cannot be known; the attempt goes on (its commit
+                // is create-only, so a second worker on the task is harmless), without
+                // extending further.
+                tracing::warn!(
+                    message_id,
+                    code,
+                    "lost track of the queue message's receipt after an unanswered extension; carrying on without extending it"
+                );
+                return;
+            }
+            Ok(Err(Error::LostOwnership { code, .. })) => {
                 tracing::warn!(
                     message_id,
                     code,
@@ -134,16 +173,16 @@ async fn keep(
                 lost.cancel();
                 return;
             }
-            Err(e) => {
-                // Keep trying while there is time; a lease we cannot prove is a lost lease.
-                let left = deadline.saturating_duration_since(Instant::now());
-                if left < period / 2 {
-                    tracing::warn!(message_id, error = %e, "cannot extend the queue message before it reappears; stopping this attempt");
-                    lost.cancel();
-                    return;
+            failed => {
+                let certainly_not_applied = matches!(&failed, Ok(Err(e)) if e.is_safe_to_resend());
+                uncertain |= !certainly_not_applied;
+                match failed {
+                    Ok(Err(e)) => {
+                        tracing::debug!(message_id, error = %e, "extending visibility failed; retrying")
+                    }
+                    _ => tracing::debug!(message_id, "extending visibility timed out; retrying"),
                 }
-                tracing::debug!(message_id, error = %e, "extending visibility failed; retrying");
-                next = Instant::now() + (period / 4).max(Duration::from_millis(200));
+                next = Instant::now() + (visibility / 12).max(Duration::from_millis(200));
             }
         }
     }
@@ -152,7 +191,7 @@ async fn keep(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tablevault_core::testing::{MemoryQueue, Op, Strike, busy};
+    use tablevault_core::testing::{MemoryQueue, Op, Strike, busy, reset};
 
     const VISIBILITY: Duration = Duration::from_secs(30);
 
@@ -165,7 +204,7 @@ mod tests {
     async fn keeps_the_message_invisible_for_as_long_as_the_work_takes() {
         let queue = Arc::new(MemoryQueue::new("q"));
         let message = claimed(&queue).await;
-        let lease = Lease::start(queue.clone(), &message, VISIBILITY);
+        let lease = Lease::start(queue.clone(), &message, VISIBILITY, VISIBILITY);
         tokio::time::sleep(Duration::from_secs(300)).await;
         assert!(!lease.lost().is_cancelled());
         assert_eq!(queue.snapshot(), vec![("task".into(), 1, false)]);
@@ -178,7 +217,7 @@ mod tests {
     async fn a_stale_receipt_means_the_lease_is_lost() {
         let queue = Arc::new(MemoryQueue::new("q"));
         let message = claimed(&queue).await;
-        let lease = Lease::start(queue.clone(), &message, VISIBILITY);
+        let lease = Lease::start(queue.clone(), &message, VISIBILITY, VISIBILITY);
         // Someone else claimed it: the next extension finds its receipt stale.
         queue.fail(
             Op::Update,
@@ -201,7 +240,7 @@ mod tests {
         for _ in 0..100 {
             queue.fail(Op::Update, "", Strike::Before, busy("Update Message"));
         }
-        let lease = Lease::start(queue.clone(), &message, VISIBILITY);
+        let lease = Lease::start(queue.clone(), &message, VISIBILITY, VISIBILITY);
         // The message would reappear at 30 s; the attempt must have stopped before.
         tokio::time::sleep(Duration::from_secs(29)).await;
         assert!(
@@ -211,10 +250,41 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
+    async fn a_hung_extension_does_not_outlive_the_visibility() {
+        let queue = Arc::new(MemoryQueue::new("q"));
+        let message = claimed(&queue).await;
+        for _ in 0..100 {
+            queue.fail(Op::Update, "", Strike::Hang, busy("Update Message"));
+        }
+        let lease = Lease::start(queue.clone(), &message, VISIBILITY, VISIBILITY);
+        tokio::time::sleep(Duration::from_secs(29)).await;
+        assert!(
+            lease.lost().is_cancelled(),
+            "the attempt stops before the message can reappear"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_extension_that_landed_unanswered_does_not_kill_the_attempt() {
+        let queue = Arc::new(MemoryQueue::new("q"));
+        let message = claimed(&queue).await;
+        // The first extension lands but its answer (the new receipt) is lost; the next
+        // one, with the old receipt, is refused as stale.
+        queue.fail(Op::Update, "", Strike::After, reset("Update Message"));
+        let lease = Lease::start(queue.clone(), &message, VISIBILITY, VISIBILITY);
+        tokio::time::sleep(Duration::from_secs(120)).await;
+        assert!(
+            !lease.lost().is_cancelled(),
+            "whether we still own the message is unknown, so the attempt goes on: its \
+             commit is create-only whoever else works on the task"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
     async fn release_makes_the_message_visible_again_with_new_text() {
         let queue = Arc::new(MemoryQueue::new("q"));
         let message = claimed(&queue).await;
-        let lease = Lease::start(queue.clone(), &message, VISIBILITY);
+        let lease = Lease::start(queue.clone(), &message, VISIBILITY, VISIBILITY);
         lease
             .release(Duration::from_secs(5), Some("task+error"))
             .await

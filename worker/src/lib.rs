@@ -21,8 +21,9 @@ use tablevault_core::store::StoreError;
 use tokio_util::sync::CancellationToken;
 
 pub use accounts::AccountSet;
+pub use jobs::StoreFactory;
 pub use tablevault_core::stats::WorkerStats;
-pub use worker::{Worker, WorkerConfig};
+pub use worker::{Worker, WorkerBackends, WorkerConfig};
 
 /// How a task attempt ended when it did not succeed.
 #[derive(Debug, Clone, PartialEq, Eq)]

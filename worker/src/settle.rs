@@ -79,7 +79,9 @@ impl Settler {
                 tracing::warn!("lost the message mid-task; another worker has it");
             }
             Err(TaskError::Shutdown) => {
-                let _ = lease.release(Duration::ZERO, None).await;
+                // Not the task's fault: hand it back with all its deliveries.
+                let receipt = lease.stop().await;
+                self.hand_back(message, &receipt, Duration::ZERO).await;
             }
             Err(TaskError::Transient(why)) => {
                 WorkerStats::add(&self.stats.tasks_retried, 1);
@@ -97,32 +99,22 @@ impl Settler {
         }
     }
 
-    /// Deletes a message nobody needs (a duplicate of a finished task, a stale job's).
-    pub async fn drop_message(&self, message: &ReceivedMessage) {
-        let _ = self
-            .queue
-            .delete(&message.message_id, &message.pop_receipt)
-            .await;
-    }
-
     /// Gives a message we will not work on back without spending one of its deliveries:
     /// a fresh copy goes on the queue (dequeue count 0) and the claimed one is deleted.
-    pub async fn hand_back(&self, message: &ReceivedMessage, delay: Duration) {
+    /// `receipt` is the message's current pop receipt.
+    pub async fn hand_back(&self, message: &ReceivedMessage, receipt: &str, delay: Duration) {
         match self.queue.put(&message.text, Some(delay)).await {
-            Ok(()) => self.drop_message(message).await,
+            Ok(()) => {
+                let _ = self.queue.delete(&message.message_id, receipt).await;
+            }
             Err(e) => {
-                tracing::warn!(error = %e, "could not re-queue a foreign task; releasing it");
-                self.release_unleased(message, delay).await;
+                tracing::warn!(error = %e, "could not re-queue a task; releasing it");
+                let _ = self
+                    .queue
+                    .update(&message.message_id, receipt, delay, None)
+                    .await;
             }
         }
-    }
-
-    /// Makes a claimed message visible again after `delay` (no lease was started).
-    pub async fn release_unleased(&self, message: &ReceivedMessage, delay: Duration) {
-        let _ = self
-            .queue
-            .update(&message.message_id, &message.pop_receipt, delay, None)
-            .await;
     }
 
     /// Gives a task up: first its poison record next to the job, then the message moves
@@ -247,7 +239,12 @@ mod tests {
             .await
             .unwrap()
             .remove(0);
-        let lease = Lease::start(f.queue.clone(), &m, Duration::from_secs(30));
+        let lease = Lease::start(
+            f.queue.clone(),
+            &m,
+            Duration::from_secs(30),
+            Duration::from_secs(30),
+        );
         (m, lease)
     }
 
@@ -343,6 +340,21 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
+    async fn a_graceful_shutdown_does_not_spend_a_delivery() {
+        let f = fixture();
+        let (m, lease) = claim(&f).await;
+        tokio::time::sleep(Duration::from_secs(11)).await; // a lease extension happened
+        f.settler
+            .settle(lease, Err(TaskError::Shutdown), &m, target(&f))
+            .await;
+        assert_eq!(
+            f.queue.snapshot(),
+            vec![(f.task.encode(), 0, true)],
+            "visible at once, with all its deliveries"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
     async fn a_lost_lease_touches_nothing() {
         let f = fixture();
         let (m, lease) = claim(&f).await;
@@ -357,8 +369,8 @@ mod tests {
     async fn a_handed_back_task_keeps_all_its_deliveries() {
         let f = fixture();
         let (m, lease) = claim(&f).await;
-        drop(lease);
-        f.settler.hand_back(&m, Duration::ZERO).await;
+        let receipt = lease.stop().await;
+        f.settler.hand_back(&m, &receipt, Duration::ZERO).await;
         assert_eq!(f.queue.snapshot(), vec![(f.task.encode(), 0, true)]);
     }
 }

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tablevault_azure::queue::QueueClient;
-use tablevault_azure::{ClientOptions, Error, StorageAccount};
+use tablevault_azure::{ClientOptions, Error, RetryPolicy, StorageAccount};
 use tablevault_core::protocol::{poison_queue_name, worker_identity};
 use tablevault_core::queue::TaskQueue;
 use tablevault_core::stats::WorkerStats;
@@ -15,7 +15,7 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use crate::accounts::AccountSet;
-use crate::jobs::{JobFiles, azure_stores};
+use crate::jobs::{JobFiles, StoreFactory, azure_stores};
 use crate::settle::Settler;
 
 /// Worker settings.
@@ -41,7 +41,16 @@ pub struct WorkerConfig {
     pub client_options: ClientOptions,
 }
 
+/// How long a message is claimed for before its lease extends it: short, so the tasks of
+/// a Get Messages answer that was lost reappear within seconds.
+const CLAIM_VISIBILITY: Duration = Duration::from_secs(15);
+
 impl WorkerConfig {
+    /// The visibility a message is claimed with; the lease extends it to `visibility`.
+    pub fn claim_visibility(&self) -> Duration {
+        self.visibility.min(CLAIM_VISIBILITY)
+    }
+
     /// Defaults for a backup account and queue.
     pub fn new(backup: StorageAccount, queue: &str) -> Self {
         WorkerConfig {
@@ -58,10 +67,25 @@ impl WorkerConfig {
     }
 }
 
+/// The queues and stores a worker works on.
+pub struct WorkerBackends {
+    /// The task queue.
+    pub queue: Arc<dyn TaskQueue>,
+    /// The same queue for lease extensions, without retries.
+    pub lease_queue: Arc<dyn TaskQueue>,
+    /// The poison queue.
+    pub poison: Arc<dyn TaskQueue>,
+    /// The store of a job's container.
+    pub store_for: StoreFactory,
+}
+
 /// A worker: poll, claim, run, repeat, until shut down.
 pub struct Worker {
     pub(crate) config: WorkerConfig,
     pub(crate) queue: Arc<dyn TaskQueue>,
+    /// The queue as the lease keeper uses it: one try per request (the keeper retries
+    /// against its own deadline).
+    pub(crate) lease_queue: Arc<dyn TaskQueue>,
     pub(crate) settler: Settler,
     pub(crate) stats: Arc<WorkerStats>,
     pub(crate) identity: String,
@@ -73,29 +97,43 @@ impl Worker {
     /// configuration.
     pub fn new(config: WorkerConfig, stats: Arc<WorkerStats>) -> Result<Arc<Self>, Error> {
         let options = &config.client_options;
-        let queue: Arc<dyn TaskQueue> = Arc::new(QueueClient::with_options(
-            &config.backup,
-            &config.queue,
-            options,
-        )?);
-        let poison: Arc<dyn TaskQueue> = Arc::new(QueueClient::with_options(
-            &config.backup,
-            &poison_queue_name(&config.queue),
-            options,
-        )?);
+        let queue_client = |name: &str, options: &ClientOptions| {
+            QueueClient::with_options(&config.backup, name, options)
+                .map(|q| Arc::new(q) as Arc<dyn TaskQueue>)
+        };
+        let mut one_try = options.clone();
+        one_try.retry = RetryPolicy::none();
+        let backends = WorkerBackends {
+            queue: queue_client(&config.queue, options)?,
+            lease_queue: queue_client(&config.queue, &one_try)?,
+            poison: queue_client(&poison_queue_name(&config.queue), options)?,
+            store_for: azure_stores(config.backup.clone(), options.clone()),
+        };
+        Ok(Self::with_backends(config, stats, backends))
+    }
+
+    /// A worker on the given queues and stores (in-memory fakes in tests).
+    pub fn with_backends(
+        config: WorkerConfig,
+        stats: Arc<WorkerStats>,
+        backends: WorkerBackends,
+    ) -> Arc<Self> {
         let identity = worker_identity();
-        let jobs = JobFiles::new(
-            azure_stores(config.backup.clone(), options.clone()),
-            options.clone(),
-        );
-        Ok(Arc::new(Worker {
-            settler: Settler::new(queue.clone(), poison, stats.clone(), &identity),
-            queue,
+        let jobs = JobFiles::new(backends.store_for, config.client_options.clone());
+        Arc::new(Worker {
+            settler: Settler::new(
+                backends.queue.clone(),
+                backends.poison,
+                stats.clone(),
+                &identity,
+            ),
+            queue: backends.queue,
+            lease_queue: backends.lease_queue,
             stats,
             identity,
             jobs,
             config,
-        }))
+        })
     }
 
     /// Live counters.
@@ -121,7 +159,7 @@ impl Worker {
             let free = 1 + slots.available_permits();
             let claimed = tokio::select! {
                 _ = shutdown.cancelled() => break,
-                r = self.queue.receive(free.min(32) as u8, self.config.visibility) => r,
+                r = self.queue.receive(free.min(32) as u8, self.config.claim_visibility()) => r,
             };
             let messages = match claimed {
                 Ok(m) => m,
@@ -167,5 +205,59 @@ async fn sleep_or_shutdown(shutdown: &CancellationToken, d: Duration) {
     tokio::select! {
         _ = shutdown.cancelled() => {}
         _ = tokio::time::sleep(d) => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use tablevault_core::keys::KeyRange;
+    use tablevault_core::protocol::{PROTOCOL_VERSION, TaskKind, TaskMessage};
+    use tablevault_core::store::Store;
+    use tablevault_core::testing::{MemoryBlobs, MemoryQueue, Op, Strike, reset};
+
+    use super::*;
+
+    /// A worker on fakes; returns it with its task queue.
+    pub(crate) fn worker_on_fakes() -> (Arc<Worker>, Arc<MemoryQueue>) {
+        let queue = Arc::new(MemoryQueue::new("q"));
+        let blobs = Arc::new(MemoryBlobs::new("c"));
+        let backends = WorkerBackends {
+            queue: queue.clone(),
+            lease_queue: queue.clone(),
+            poison: Arc::new(MemoryQueue::new("q-poison")),
+            store_for: Arc::new(move |_| Ok(Store::new(blobs.clone()))),
+        };
+        let mut config = WorkerConfig::new(StorageAccount::emulator(), "q");
+        config.max_poll_interval = Duration::from_millis(200);
+        let worker = Worker::with_backends(config, Arc::new(WorkerStats::default()), backends);
+        (worker, queue)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn tasks_of_a_lost_claim_answer_reappear_within_seconds() {
+        let (worker, queue) = worker_on_fakes();
+        // A task of a job that does not exist: once claimed for real, it is dropped.
+        let stale = TaskMessage {
+            v: PROTOCOL_VERSION,
+            container: "c".into(),
+            job: "20200101T000000Z-deadbeef".into(),
+            table: "Gone".into(),
+            task: "r0000".into(),
+            kind: TaskKind::Backup {
+                range: KeyRange::all(),
+            },
+        };
+        queue.put(&stale.encode(), None).await.unwrap();
+        // The first Get Messages claims it, but its answer is lost.
+        queue.fail(Op::Receive, "", Strike::After, reset("Get Messages"));
+        let stop = CancellationToken::new();
+        let run = tokio::spawn(worker.clone().run(stop.clone()));
+        tokio::time::sleep(Duration::from_secs(20)).await;
+        assert!(
+            queue.texts().is_empty(),
+            "claimed again and handled after the short claim, not a full visibility later"
+        );
+        stop.cancel();
+        run.await.unwrap().unwrap();
     }
 }
