@@ -147,13 +147,37 @@ impl QueueClient {
     /// Adds a message. `visible_after` delays its first delivery.
     ///
     /// Not idempotent: a retry after an ambiguous failure could enqueue it twice, so only
-    /// failures the service certainly rejected are retried. (tablevault's consumers
-    /// tolerate duplicates anyway; the queue is at-least-once.)
+    /// failures the service certainly rejected are retried. See
+    /// [`put_message_at_least_once`](Self::put_message_at_least_once) for consumers that
+    /// tolerate duplicates.
     pub async fn put_message(
         &self,
         text: &str,
         visible_after: Option<Duration>,
         ttl: MessageTtl,
+    ) -> Result<PutReceipt> {
+        self.put(text, visible_after, ttl, Idempotency::NotIdempotent)
+            .await
+    }
+
+    /// Adds a message, retrying through ambiguous failures (timeouts, resets, a 500 after
+    /// the message may have been stored), for consumers to whom a duplicate is harmless.
+    pub async fn put_message_at_least_once(
+        &self,
+        text: &str,
+        visible_after: Option<Duration>,
+        ttl: MessageTtl,
+    ) -> Result<PutReceipt> {
+        self.put(text, visible_after, ttl, Idempotency::Idempotent)
+            .await
+    }
+
+    async fn put(
+        &self,
+        text: &str,
+        visible_after: Option<Duration>,
+        ttl: MessageTtl,
+        idempotency: Idempotency,
     ) -> Result<PutReceipt> {
         const OP: &str = "Put Message";
         let escaped = quick_xml::escape::escape(text);
@@ -169,7 +193,8 @@ impl QueueClient {
         let body = format!("<QueueMessage><MessageText>{escaped}</MessageText></QueueMessage>");
         let mut req = Request::new(OP, Method::POST, format!("/{}/messages", self.queue))
             .header("content-type", "application/xml")
-            .body(body);
+            .body(body)
+            .idempotency(idempotency);
         if let Some(v) = visible_after {
             req = req.query("visibilitytimeout", v.as_secs().to_string());
         }

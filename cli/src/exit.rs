@@ -48,11 +48,13 @@ pub fn outcome_code(outcome: &Outcome) -> ExitCode {
 /// The exit code of a command that failed.
 pub fn error_code(e: &Error) -> ExitCode {
     use tablevault_azure::Error as Storage;
-    match e {
+    match e.root() {
         Error::Invalid(_) | Error::Config(_) => ExitCode::Usage,
         Error::Storage(Storage::Config(_) | Storage::InvalidRequest { .. }) => ExitCode::Usage,
         Error::Storage(s) if matches!(s.status(), Some(401 | 403)) => ExitCode::Usage,
-        Error::Storage(_) | Error::Corrupt(_) | Error::Internal(_) => ExitCode::Failed,
+        Error::Storage(_) | Error::Corrupt(_) | Error::Internal(_) | Error::Step { .. } => {
+            ExitCode::Failed
+        }
     }
 }
 

@@ -233,7 +233,11 @@ pub async fn enqueue(
             tasks.push(task_message(job, &location.container, &t.name, task));
         }
     }
-    let count = crate::enqueue::enqueue_shuffled(&queue, tasks).await?;
+    let id = &job.backup_id;
+    let next = format!(
+        "backup {id} is saved; queue the rest and finish it with `tablevault status {id} --wait`"
+    );
+    let count = crate::enqueue::enqueue_shuffled(&queue, tasks, &next).await?;
     location
         .store()?
         .mark(

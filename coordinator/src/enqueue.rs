@@ -8,15 +8,18 @@ use rand::seq::SliceRandom;
 use tablevault_core::protocol::TaskMessage;
 use tablevault_core::queue::TaskQueue;
 
-use crate::Result;
+use crate::{Error, Result};
 
 /// Puts in flight at once.
 const PUTS_IN_FLIGHT: usize = 32;
 
-/// Enqueues `tasks` in random order; returns how many.
+/// Enqueues `tasks` in random order; returns how many. Each put is at least once (a
+/// duplicate task is harmless); on failure the error says how many of the tasks are on
+/// the queue, and `next_step` what to do about the rest.
 pub(crate) async fn enqueue_shuffled(
     queue: &Arc<dyn TaskQueue>,
     mut tasks: Vec<TaskMessage>,
+    next_step: &str,
 ) -> Result<usize> {
     tasks.shuffle(&mut rand::rng());
     let count = tasks.len();
@@ -28,8 +31,12 @@ pub(crate) async fn enqueue_shuffled(
         .buffer_unordered(PUTS_IN_FLIGHT)
         .collect()
         .await;
-    for r in results {
-        r?;
+    let queued = results.iter().filter(|r| r.is_ok()).count();
+    match results.into_iter().find_map(Result::err) {
+        None => Ok(count),
+        Some(e) => Err(Error::from(e).in_step(format!(
+            "{queued} of {count} tasks were put on queue {:?}; {next_step}",
+            queue.name()
+        ))),
     }
-    Ok(count)
 }

@@ -21,6 +21,15 @@ pub enum Error {
     /// A file of the backup is damaged or unreadable.
     #[error("{0}")]
     Corrupt(String),
+    /// A step of a job failed; the message says which job and what to do next, and the
+    /// cause says why.
+    #[error("{context}: {source}")]
+    Step {
+        /// Which job, what failed and how to carry on.
+        context: String,
+        /// Why it failed.
+        source: Box<Error>,
+    },
     /// The job reached a state the protocol does not allow (a bug).
     #[error("internal error: {0}")]
     Internal(String),
@@ -39,6 +48,22 @@ impl Error {
     /// An invalid request, with what to change.
     pub fn invalid(message: impl Into<String>) -> Self {
         Error::Invalid(message.into())
+    }
+
+    /// This error as the failure of a step of a job, explained by `context`.
+    pub fn in_step(self, context: impl Into<String>) -> Self {
+        Error::Step {
+            context: context.into(),
+            source: Box::new(self),
+        }
+    }
+
+    /// The underlying cause, past any step context.
+    pub fn root(&self) -> &Error {
+        match self {
+            Error::Step { source, .. } => source.root(),
+            e => e,
+        }
     }
 }
 

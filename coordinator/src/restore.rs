@@ -197,7 +197,11 @@ pub async fn plan_and_enqueue(req: &RestoreRequest, location: &Location) -> Resu
     let queue = location.task_queue()?;
     queue.create().await?;
     // Shuffled, so workers write to different partitions at once.
-    crate::enqueue::enqueue_shuffled(&queue, tasks).await?;
+    let next = format!(
+        "restore {restore_id} of backup {} cannot be completed; run the restore again",
+        req.backup_id
+    );
+    crate::enqueue::enqueue_shuffled(&queue, tasks, &next).await?;
     Ok(job)
 }
 

@@ -21,7 +21,8 @@ pub trait TaskQueue: Send + Sync {
     /// Creates the queue if it does not exist.
     async fn create(&self) -> Result<()>;
 
-    /// Adds a message that never expires, first visible after `visible_after`.
+    /// Adds a message that never expires, first visible after `visible_after`. At least
+    /// once: an ambiguous failure is retried, so the message may be stored twice.
     async fn put(&self, text: &str, visible_after: Option<Duration>) -> Result<()>;
 
     /// Claims up to `max` messages (1-32) for `visibility`.
@@ -55,7 +56,8 @@ impl TaskQueue for QueueClient {
     }
 
     async fn put(&self, text: &str, visible_after: Option<Duration>) -> Result<()> {
-        self.put_message(text, visible_after, MessageTtl::Never)
+        // Duplicate tasks are dropped by the protocol: retry through ambiguous failures.
+        self.put_message_at_least_once(text, visible_after, MessageTtl::Never)
             .await
             .map(|_| ())
     }

@@ -287,3 +287,21 @@ async fn throttling_inside_retries_lowers_write_concurrency() {
     assert_eq!(limiter.throttles(), 2, "both throttling answers were seen");
     assert_eq!(limiter.current(), 4, "halved once within the cool-down");
 }
+
+#[tokio::test]
+async fn task_messages_are_put_at_least_once_through_ambiguous_failures() {
+    use tablevault_core::queue::TaskQueue;
+    let put_ok = "<?xml version=\"1.0\" encoding=\"utf-8\"?><QueueMessagesList><QueueMessage>\
+<MessageId>m1</MessageId><PopReceipt>r1</PopReceipt></QueueMessage></QueueMessagesList>";
+    let server = MockServer::start(vec![
+        Reply::new(500, &[("x-ms-error-code", "OperationTimedOut")], ""),
+        Reply::Reset,
+        Reply::new(201, &[], put_ok),
+    ])
+    .await;
+    let q = QueueClient::with_options(&account(&server), "tasks", &fast()).unwrap();
+    // Duplicates of a task are harmless (the protocol drops them), so a put whose outcome
+    // is unknown is sent again rather than failing the job.
+    TaskQueue::put(&q, "task", None).await.unwrap();
+    assert_eq!(server.seen().len(), 3);
+}

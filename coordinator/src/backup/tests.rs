@@ -114,3 +114,24 @@ async fn retrying_a_poisoned_task_queues_it_before_forgetting_its_record() {
     assert_eq!(f.queue.texts().len(), 1);
     assert!(f.blobs.blob(&poison_path).is_none());
 }
+
+#[tokio::test]
+async fn a_failed_enqueue_names_the_job_and_how_to_carry_on() {
+    let f = fakes().await;
+    let store = f.location.store().unwrap();
+    let marker = BackupPaths::new(&f.job.backup_id).enqueued_marker();
+    store.delete(&marker).await.unwrap();
+    f.queue
+        .fail(Op::Put, "", Strike::Before, busy("Put Message"));
+    let err = enqueue(&f.location, &f.job, None).await.unwrap_err();
+    let text = err.to_string();
+    let id = &f.job.backup_id;
+    assert!(
+        text.contains(&format!("tablevault status {id} --wait")),
+        "{text}"
+    );
+    assert!(text.contains("0 of 1 tasks"), "{text}");
+    assert!(text.contains("ServerBusy"), "{text}");
+    // The marker is not written, so `status --wait` queues what is missing.
+    assert!(!store.exists(&marker).await.unwrap());
+}
