@@ -79,6 +79,24 @@ pub enum Error {
         /// Why.
         detail: String,
     },
+    /// The operation did not succeed before its deadline, every retry included.
+    #[error("{op} to {host}: no success within {} s, giving up (last error: {last})", after.as_secs())]
+    Deadline {
+        /// The operation that failed.
+        op: &'static str,
+        /// `host:port` of the endpoint.
+        host: String,
+        /// The deadline.
+        after: Duration,
+        /// The last attempt's error, or that no answer came.
+        last: String,
+    },
+    /// The operation was cancelled (the user pressed Ctrl-C, the worker is stopping).
+    #[error("{op}: cancelled")]
+    Cancelled {
+        /// The operation that was cancelled.
+        op: &'static str,
+    },
     /// The account description is unusable.
     #[error(transparent)]
     Config(#[from] ConfigError),
@@ -133,7 +151,7 @@ impl Error {
             Error::Service { status, .. } | Error::BatchOperation { status, .. } => {
                 is_retryable_status(*status)
             }
-            Error::Transport { .. } => true,
+            Error::Transport { .. } | Error::Deadline { .. } => true,
             _ => false,
         }
     }
@@ -195,7 +213,7 @@ impl Error {
     }
 
     /// Converts a reqwest error, dropping its URL (which may hold a SAS signature).
-    pub(crate) fn from_reqwest(op: &'static str, err: reqwest::Error) -> Self {
+    pub(crate) fn from_reqwest(op: &'static str, host: &str, err: reqwest::Error) -> Self {
         let kind = if err.is_connect() {
             TransportKind::Connect
         } else if err.is_timeout() {
@@ -204,7 +222,7 @@ impl Error {
             TransportKind::Interrupted
         };
         let err = err.without_url();
-        let mut detail = err.to_string();
+        let mut detail = format!("{host}: {err}");
         let mut source = std::error::Error::source(&err);
         while let Some(s) = source {
             detail.push_str(": ");

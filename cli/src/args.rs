@@ -4,12 +4,13 @@
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
-use tablevault_azure::StorageAccount;
 use tablevault_azure::config::AccountSetting;
+use tablevault_azure::{ClientOptions, StorageAccount};
 use tablevault_coordinator::Location;
 use tablevault_core::format::{Compression, DEFAULT_BLOCK_BYTES};
 use tablevault_core::protocol::{DEFAULT_CONTAINER, DEFAULT_QUEUE, RestoreMode};
 use tablevault_worker::process::{BACKUP, LogFormat};
+use tokio_util::sync::CancellationToken;
 
 /// Backup and restore for Azure Table Storage, at any scale.
 ///
@@ -105,6 +106,10 @@ pub struct StoreArgs {
     /// Container for backups.
     #[arg(long, env = "TABLEVAULT_CONTAINER", default_value = DEFAULT_CONTAINER)]
     pub container: String,
+    /// Seconds one storage operation may take, retries included, before it fails naming
+    /// the host (a dead or hung endpoint).
+    #[arg(long, env = "TABLEVAULT_DEADLINE", default_value_t = 90, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub deadline: u64,
     /// Task queue (shared with `tablevault-worker` daemons).
     #[arg(long, env = "TABLEVAULT_QUEUE", default_value = DEFAULT_QUEUE)]
     pub queue: String,
@@ -118,13 +123,21 @@ pub const AGAINST: AccountSetting = AccountSetting {
 };
 
 impl StoreArgs {
-    /// The backup account, container and queue.
-    pub fn location(&self) -> Result<Location, tablevault_azure::ConfigError> {
+    /// The backup account, container and queue; every request made through it stops
+    /// when `cancel` fires.
+    pub fn location(
+        &self,
+        cancel: &CancellationToken,
+    ) -> Result<Location, tablevault_azure::ConfigError> {
         Ok(Location {
             account: StorageAccount::resolve(self.backup.as_deref(), BACKUP)?,
             container: self.container.clone(),
             queue: self.queue.clone(),
-            client_options: Default::default(),
+            client_options: ClientOptions {
+                cancel: Some(cancel.clone()),
+                deadline: std::time::Duration::from_secs(self.deadline),
+                ..ClientOptions::default()
+            },
             backends: None,
         })
     }

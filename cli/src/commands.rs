@@ -13,7 +13,8 @@ use tablevault_coordinator::selection::parse_renames;
 use tablevault_coordinator::verify::{VerifyReport, VerifyRequest};
 use tablevault_coordinator::{Error, Result, WatchOptions};
 use tablevault_worker::AccountSet;
-use tablevault_worker::process::{SOURCE, TARGET, shutdown_on_signal};
+use tablevault_worker::process::{SOURCE, TARGET};
+use tokio_util::sync::CancellationToken;
 
 use crate::args::{AGAINST, BackupArgs, Command, ListArgs, RestoreArgs, StatusArgs, VerifyArgs};
 use crate::local_workers::InProcessWorkers;
@@ -37,27 +38,28 @@ pub enum Outcome {
     },
 }
 
-/// Runs a command.
-pub async fn run(command: Command) -> Result<Outcome> {
+/// Runs a command until it is done or `shutdown` fires (Ctrl-C, SIGTERM).
+pub async fn run(command: Command, shutdown: &CancellationToken) -> Result<Outcome> {
     match command {
-        Command::Backup(a) => backup(a).await.map(Outcome::Backup),
-        Command::Status(a) => status(a).await.map(Outcome::Backup),
-        Command::List(a) => list(a).await,
-        Command::Restore(a) => restore(a).await.map(Outcome::Restore),
-        Command::Verify(a) => verify(a).await.map(Outcome::Verify),
+        Command::Backup(a) => backup(a, shutdown).await.map(Outcome::Backup),
+        Command::Status(a) => status(a, shutdown).await.map(Outcome::Backup),
+        Command::List(a) => list(a, shutdown).await,
+        Command::Restore(a) => restore(a, shutdown).await.map(Outcome::Restore),
+        Command::Verify(a) => verify(a, shutdown).await.map(Outcome::Verify),
     }
 }
 
 /// Watch settings: `workers` in-process workers holding credentials for `accounts`, a
-/// progress bar unless output is JSON, and Ctrl-C or SIGTERM to stop.
+/// progress bar unless output is JSON, and `shutdown` to stop.
 pub fn watch_options(
     what: &'static str,
     workers: usize,
     accounts: Vec<StorageAccount>,
     visibility: Duration,
     json: bool,
+    shutdown: &CancellationToken,
 ) -> WatchOptions {
-    let shutdown = shutdown_on_signal();
+    let shutdown = shutdown.clone();
     let mut opts = WatchOptions::new(shutdown.clone());
     if workers > 0 {
         let mut w = InProcessWorkers::new(workers, AccountSet::new(accounts), shutdown);
@@ -70,9 +72,9 @@ pub fn watch_options(
     opts
 }
 
-async fn backup(a: BackupArgs) -> Result<BackupReport> {
+async fn backup(a: BackupArgs, shutdown: &CancellationToken) -> Result<BackupReport> {
     let source = StorageAccount::resolve(a.source.source.as_deref(), SOURCE)?;
-    let location = a.store.location()?;
+    let location = a.store.location(shutdown)?;
     let mut split_keys = a.split_keys.clone();
     if let Some(file) = &a.split_keys_file {
         let text = std::fs::read_to_string(file)
@@ -95,12 +97,13 @@ async fn backup(a: BackupArgs) -> Result<BackupReport> {
         vec![source],
         Duration::from_secs(a.visibility_timeout),
         a.output.json,
+        shutdown,
     );
     tablevault_coordinator::backup::run_backup(&req, &location, &opts).await
 }
 
-async fn status(a: StatusArgs) -> Result<BackupReport> {
-    let location = a.store.location()?;
+async fn status(a: StatusArgs, shutdown: &CancellationToken) -> Result<BackupReport> {
+    let location = a.store.location(shutdown)?;
     let accounts = if a.workers > 0 {
         vec![StorageAccount::resolve(a.source.source.as_deref(), SOURCE)?]
     } else {
@@ -112,6 +115,7 @@ async fn status(a: StatusArgs) -> Result<BackupReport> {
         accounts,
         Duration::from_secs(60),
         a.output.json,
+        shutdown,
     );
     let what = StatusOptions {
         wait: a.wait,
@@ -120,8 +124,8 @@ async fn status(a: StatusArgs) -> Result<BackupReport> {
     tablevault_coordinator::backup::status(&location, &a.backup_id, what, &opts).await
 }
 
-async fn restore(a: RestoreArgs) -> Result<RestoreReport> {
-    let location = a.store.location()?;
+async fn restore(a: RestoreArgs, shutdown: &CancellationToken) -> Result<RestoreReport> {
+    let location = a.store.location(shutdown)?;
     let target = StorageAccount::resolve(a.target.as_deref(), TARGET)?;
     let mut req = RestoreRequest::new(&a.backup_id, target.clone());
     req.tables = a.selection.tables.clone();
@@ -135,12 +139,13 @@ async fn restore(a: RestoreArgs) -> Result<RestoreReport> {
         vec![target],
         Duration::from_secs(60),
         a.output.json,
+        shutdown,
     );
     tablevault_coordinator::restore::run_restore(&req, &location, &opts).await
 }
 
-async fn verify(a: VerifyArgs) -> Result<VerifyReport> {
-    let location = a.store.location()?;
+async fn verify(a: VerifyArgs, shutdown: &CancellationToken) -> Result<VerifyReport> {
+    let location = a.store.location(shutdown)?;
     let against = match &a.against {
         Some(c) => Some(StorageAccount::resolve(Some(c), AGAINST)?),
         None => None,
@@ -151,11 +156,11 @@ async fn verify(a: VerifyArgs) -> Result<VerifyReport> {
         renames: parse_renames(&a.selection.rename)?,
         against,
     };
-    tablevault_coordinator::verify::verify(&location.store()?, &req).await
+    tablevault_coordinator::verify::verify(&location, &req).await
 }
 
-async fn list(a: ListArgs) -> Result<Outcome> {
-    let location = a.store.location()?;
+async fn list(a: ListArgs, shutdown: &CancellationToken) -> Result<Outcome> {
+    let location = a.store.location(shutdown)?;
     let backups = tablevault_coordinator::listing::list(&location.store()?).await?;
     Ok(Outcome::List {
         container: location.container,

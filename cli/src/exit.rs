@@ -50,6 +50,7 @@ pub fn error_code(e: &Error) -> ExitCode {
     use tablevault_azure::Error as Storage;
     match e.root() {
         Error::Invalid(_) | Error::Config(_) => ExitCode::Usage,
+        Error::Storage(Storage::Cancelled { .. }) => ExitCode::Interrupted,
         Error::Storage(Storage::Config(_) | Storage::InvalidRequest { .. }) => ExitCode::Usage,
         Error::Storage(s) if matches!(s.status(), Some(401 | 403)) => ExitCode::Usage,
         Error::Storage(_) | Error::Corrupt(_) | Error::Internal(_) | Error::Step { .. } => {

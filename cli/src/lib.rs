@@ -21,7 +21,8 @@ pub async fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     tablevault_worker::process::init_logging(cli.log_format, cli.log_level());
     let json = cli.command.json();
-    let code = match commands::run(cli.command).await {
+    let shutdown = tablevault_worker::process::shutdown_on_signal();
+    let code = match commands::run(cli.command, &shutdown).await {
         Ok(outcome) => {
             output::print_outcome(&outcome, json);
             exit::outcome_code(&outcome)

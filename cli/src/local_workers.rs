@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use tablevault_azure::ClientOptions;
 use tablevault_coordinator::{LocalWorkers, Location, Result, RunningWorkers};
 use tablevault_core::stats::WorkerStats;
 use tablevault_worker::{AccountSet, Worker, WorkerConfig};
@@ -52,7 +53,12 @@ impl LocalWorkers for InProcessWorkers {
             config.visibility = self.visibility;
             config.max_poll_interval = self.max_poll_interval;
             config.only_job = Some(job.to_string());
-            config.client_options = location.client_options.clone();
+            // Workers stop between steps on their own token and then settle their
+            // messages; cancelling their requests would leave those messages hidden.
+            config.client_options = ClientOptions {
+                cancel: None,
+                ..location.client_options.clone()
+            };
             running.spawn(Worker::new(config, stats.clone())?.run(stop.clone()));
         }
         Ok(Box::new(Running {
@@ -62,6 +68,10 @@ impl LocalWorkers for InProcessWorkers {
         }))
     }
 }
+
+/// How long stopping workers may take to hand their tasks back, so that Ctrl-C stops a
+/// command within about two seconds.
+const STOP_GRACE: Duration = Duration::from_millis(1500);
 
 struct Running {
     running: JoinSet<tablevault_azure::Result<()>>,
@@ -85,6 +95,15 @@ impl RunningWorkers for Running {
 
     async fn stop(mut self: Box<Self>) {
         self.stop.cancel();
-        while self.running.join_next().await.is_some() {}
+        let drained = tokio::time::timeout(STOP_GRACE, async {
+            while self.running.join_next().await.is_some() {}
+        })
+        .await;
+        if drained.is_err() {
+            tracing::warn!(
+                "in-process workers did not stop in time; their tasks reappear on the queue when their leases lapse"
+            );
+            self.running.abort_all();
+        }
     }
 }

@@ -233,3 +233,85 @@ async fn backup_status_and_list_with_json_output() {
     assert_eq!(o.status.code(), Some(2));
     assert!(text(&o).contains("not found"), "{}", text(&o));
 }
+
+/// A connection string whose every endpoint is `endpoint`.
+fn conn_at(endpoint: &str) -> String {
+    format!(
+        "DefaultEndpointsProtocol=http;AccountName=devstoreaccount1;AccountKey={};\
+         BlobEndpoint={endpoint};QueueEndpoint={endpoint};TableEndpoint={endpoint}",
+        tablevault_azure::config::EMULATOR_KEY
+    )
+}
+
+fn spawn_tablevault(args: &[&str], env: &[(&str, &str)]) -> std::process::Child {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_tablevault"));
+    cmd.args(args)
+        .env_remove("AZURE_STORAGE_CONNECTION_STRING")
+        .env_remove("RUST_LOG")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd.spawn().expect("run tablevault")
+}
+
+fn signal(child: &std::process::Child, sig: &str) {
+    let ok = Command::new("kill")
+        .args([sig, &child.id().to_string()])
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok, "kill {sig}");
+}
+
+/// Waits for the child, at most `limit`; returns its exit code and how long it took.
+fn wait_at_most(
+    mut child: std::process::Child,
+    limit: std::time::Duration,
+) -> (Option<i32>, std::time::Duration, String) {
+    let started = std::time::Instant::now();
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            let out = child.wait_with_output().unwrap();
+            return (status.code(), started.elapsed(), text(&out));
+        }
+        if started.elapsed() > limit {
+            let _ = child.kill();
+            panic!("still running after {limit:?}");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn ctrl_c_stops_a_command_stuck_on_a_hung_endpoint_within_two_seconds() {
+    use tablevault_tests::mock_server::{MockServer, Reply};
+    let server = MockServer::start(vec![Reply::Stall; 50]).await;
+    let conn = conn_at(&server.endpoint());
+    let child = spawn_tablevault(
+        &["backup", "--json"],
+        &[("TABLEVAULT_SOURCE", &conn), ("TABLEVAULT_BACKUP", &conn)],
+    );
+    tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
+    signal(&child, "-INT");
+    let (code, took, out) = wait_at_most(child, std::time::Duration::from_secs(5));
+    assert_eq!(code, Some(130), "{out}");
+    assert!(took < std::time::Duration::from_secs(2), "{took:?}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_hung_endpoint_fails_within_the_deadline_naming_the_host() {
+    use tablevault_tests::mock_server::{MockServer, Reply};
+    let server = MockServer::start(vec![Reply::Stall; 50]).await;
+    let conn = conn_at(&server.endpoint());
+    let child = spawn_tablevault(
+        &["list", "--deadline", "2"],
+        &[("TABLEVAULT_BACKUP", &conn)],
+    );
+    let (code, took, out) = wait_at_most(child, std::time::Duration::from_secs(10));
+    assert_eq!(code, Some(1), "{out}");
+    assert!(took < std::time::Duration::from_secs(4), "{took:?}");
+    let host = server.endpoint().split('/').nth(2).unwrap().to_string();
+    assert!(out.contains(&host) && out.contains("List Blobs"), "{out}");
+}

@@ -15,9 +15,8 @@ use tablevault_azure::StorageAccount;
 use tablevault_azure::table::{Entity, EntityPage, Query, TableClient};
 use tablevault_core::format::FORMAT_VERSION;
 use tablevault_core::keys::EntityKey;
-use tablevault_core::store::Store;
 
-use crate::{Error, Result};
+use crate::{Error, Location, Result};
 
 /// Most differences listed in a report (all are counted).
 const MAX_LISTED: usize = 100;
@@ -234,12 +233,13 @@ impl Diff<'_> {
 }
 
 /// Verifies a backup (and compares it with live tables when asked).
-pub async fn verify(store: &Store, req: &VerifyRequest) -> Result<VerifyReport> {
+pub async fn verify(location: &Location, req: &VerifyRequest) -> Result<VerifyReport> {
+    let store = &location.store()?;
     let started = Instant::now();
     let manifest = crate::restore::load_complete_manifest(store, &req.backup_id).await?;
     let pairs = crate::selection::select(&manifest, req.tables.as_deref(), &req.renames)?;
     let live_client = match &req.against {
-        Some(a) => Some(TableClient::new(a)?),
+        Some(a) => Some(TableClient::with_options(a, &location.client_options)?),
         None => None,
     };
     let mut problems = Vec::new();

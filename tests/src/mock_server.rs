@@ -30,6 +30,8 @@ pub enum Reply {
     },
     /// Closes the connection without answering.
     Reset,
+    /// Reads the request and never answers (a hung endpoint).
+    Stall,
 }
 
 impl Reply {
@@ -152,6 +154,9 @@ async fn serve(
                 return;
             }
             Reply::Reset => return,
+            Reply::Stall => {
+                std::future::pending::<()>().await;
+            }
         }
     }
 }

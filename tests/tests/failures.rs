@@ -305,3 +305,65 @@ async fn task_messages_are_put_at_least_once_through_ambiguous_failures() {
     TaskQueue::put(&q, "task", None).await.unwrap();
     assert_eq!(server.seen().len(), 3);
 }
+
+#[tokio::test]
+async fn a_hung_endpoint_fails_in_bounded_time_naming_host_and_operation() {
+    let server = MockServer::start(vec![Reply::Stall; 20]).await;
+    let mut opts = fast();
+    opts.request_timeout = Duration::from_millis(500);
+    opts.deadline = Duration::from_secs(2);
+    let c = BlobClient::with_options(&account(&server), "ctr", &opts).unwrap();
+    let started = Instant::now();
+    let err = c.get("x").await.unwrap_err();
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        started.elapsed()
+    );
+    let text = err.to_string();
+    let host = server.endpoint().split('/').nth(2).unwrap().to_string();
+    assert!(text.contains("Get Blob") && text.contains(&host), "{text}");
+    assert!(err.is_retryable(), "a deadline is worth another try later");
+}
+
+#[tokio::test]
+async fn a_refused_port_fails_in_bounded_time_naming_the_host() {
+    let dead = StorageAccount::from_connection_string(&format!(
+        "DefaultEndpointsProtocol=http;AccountName=devstoreaccount1;AccountKey={EMULATOR_KEY};\
+         BlobEndpoint=http://127.0.0.1:9/devstoreaccount1"
+    ))
+    .unwrap();
+    let mut opts = fast();
+    opts.retry.max_retries = 100;
+    opts.deadline = Duration::from_secs(2);
+    let started = Instant::now();
+    let err = BlobClient::with_options(&dead, "ctr", &opts)
+        .unwrap()
+        .get("x")
+        .await
+        .unwrap_err();
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        started.elapsed()
+    );
+    assert!(err.to_string().contains("127.0.0.1:9"), "{err}");
+}
+
+#[tokio::test]
+async fn cancelling_stops_requests_and_retries_at_once() {
+    let server = MockServer::start(vec![Reply::Stall; 20]).await;
+    let cancel = tokio_util::sync::CancellationToken::new();
+    let mut opts = fast();
+    opts.cancel = Some(cancel.clone());
+    let c = BlobClient::with_options(&account(&server), "ctr", &opts).unwrap();
+    let canceller = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        cancel.cancel();
+    });
+    let started = Instant::now();
+    let err = c.get("x").await.unwrap_err();
+    canceller.await.unwrap();
+    assert!(matches!(err, Error::Cancelled { .. }), "{err}");
+    assert!(started.elapsed() < Duration::from_secs(1));
+}

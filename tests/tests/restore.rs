@@ -364,7 +364,7 @@ async fn a_corrupt_block_is_reported_and_nothing_from_it_is_written() {
     // verify finds the same block, and the live comparison does not blame the table
     // for entities it could not read from the backup.
     let v = verify(
-        &blobs,
+        &t,
         &VerifyRequest {
             backup_id: backup.backup_id.clone(),
             tables: None,
@@ -459,14 +459,13 @@ async fn verify_finds_every_difference_with_a_live_table() {
     let backup = run_backup(&req, &t, &watch_opts(2, &env.account))
         .await
         .unwrap();
-    let blobs = store(&t);
     let request = VerifyRequest {
         backup_id: backup.backup_id.clone(),
         tables: None,
         renames: vec![],
         against: Some(env.account.clone()),
     };
-    let clean = verify(&blobs, &request).await.unwrap();
+    let clean = verify(&t, &request).await.unwrap();
     assert_eq!(clean.status, "ok", "{:?}", clean.problems);
     assert_eq!(clean.tables[0].entities_read, 120);
 
@@ -486,7 +485,7 @@ async fn verify_finds_every_difference_with_a_live_table() {
         .insert_entity(&table, &Entity::new("p000", "zzz"))
         .await
         .unwrap();
-    let v = verify(&blobs, &request).await.unwrap();
+    let v = verify(&t, &request).await.unwrap();
     assert_eq!(v.status, "mismatch");
     let tr = &v.tables[0];
     assert_eq!(

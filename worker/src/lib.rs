@@ -42,6 +42,7 @@ impl From<Error> for TaskError {
     fn from(e: Error) -> Self {
         match e {
             Error::LostOwnership { .. } => TaskError::Lost,
+            Error::Cancelled { .. } => TaskError::Shutdown,
             e if e.is_retryable() => TaskError::Transient(e.to_string()),
             e => TaskError::Permanent(e.to_string()),
         }

@@ -62,24 +62,32 @@ pub fn tune_allocator() {
     }
 }
 
-/// A token cancelled on Ctrl-C or SIGTERM.
+/// A token cancelled on the first Ctrl-C or SIGTERM. A second one exits the process at
+/// once with code 130 (what a job leaves behind is always resumable).
 pub fn shutdown_on_signal() -> CancellationToken {
     let token = CancellationToken::new();
     let t = token.clone();
     tokio::spawn(async move {
-        #[cfg(unix)]
-        {
-            use tokio::signal::unix::{SignalKind, signal};
-            let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
-            tokio::select! {
-                _ = tokio::signal::ctrl_c() => {}
-                _ = term.recv() => {}
-            }
-        }
-        #[cfg(not(unix))]
-        let _ = tokio::signal::ctrl_c().await;
-        tracing::info!("shutdown requested");
+        signal().await;
+        tracing::info!("shutdown requested; press Ctrl-C again to exit at once");
         t.cancel();
+        signal().await;
+        eprintln!("interrupted");
+        std::process::exit(130);
     });
     token
+}
+
+async fn signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = tokio::signal::ctrl_c().await;
 }

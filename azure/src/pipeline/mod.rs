@@ -9,6 +9,7 @@ use bytes::Bytes;
 use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 use reqwest::{Method, StatusCode};
+use tokio_util::sync::CancellationToken;
 use url::Url;
 
 use crate::config::{ConfigError, StorageAccount};
@@ -48,22 +49,39 @@ pub struct ClientOptions {
     pub retry: RetryPolicy,
     /// Limit on one attempt, from connecting to the last body byte.
     pub request_timeout: Duration,
+    /// Limit on one operation, every attempt and backoff included: past it the operation
+    /// fails with [`Error::Deadline`], naming the host, so a dead endpoint is reported in
+    /// bounded time.
+    pub deadline: Duration,
+    /// Cancels every request and retry at once (Ctrl-C): the operation fails with
+    /// [`Error::Cancelled`].
+    pub cancel: Option<CancellationToken>,
     /// Table signing scheme.
     pub table_auth: TableAuthScheme,
 }
+
+/// Default limit on one attempt: a page of the table service takes at most 5 s to
+/// compute and a 4 MiB block uploads in seconds, so 30 s means the endpoint is stuck.
+pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Default limit on one operation with its retries: a dead endpoint fails well within
+/// two minutes, while throttling that lasts a minute is still ridden out.
+pub const DEFAULT_DEADLINE: Duration = Duration::from_secs(90);
 
 impl Default for ClientOptions {
     fn default() -> Self {
         ClientOptions {
             retry: RetryPolicy::default(),
-            request_timeout: Duration::from_secs(120),
+            request_timeout: DEFAULT_REQUEST_TIMEOUT,
+            deadline: DEFAULT_DEADLINE,
+            cancel: None,
             table_auth: TableAuthScheme::SharedKey,
         }
     }
 }
 
 /// Limit on establishing a connection, for every request of the process.
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The one HTTP client of the process: every service client shares its connection pool
 /// (and its TLS set-up). Per-attempt time limits are set on each request.
@@ -205,6 +223,10 @@ impl Response {
 pub(crate) struct ServiceClient {
     http: reqwest::Client,
     request_timeout: Duration,
+    deadline: Duration,
+    cancel: Option<CancellationToken>,
+    /// `host:port` of the endpoint, for errors.
+    host: String,
     endpoint: Url,
     credential: Credential,
     scheme: SigningScheme,
@@ -240,6 +262,13 @@ impl ServiceClient {
         Ok(ServiceClient {
             http: shared_http_client()?,
             request_timeout: options.request_timeout,
+            deadline: options.deadline,
+            cancel: options.cancel.clone(),
+            host: match (endpoint.host_str(), endpoint.port_or_known_default()) {
+                (Some(h), Some(p)) => format!("{h}:{p}"),
+                (Some(h), None) => h.to_string(),
+                _ => endpoint.as_str().to_string(),
+            },
             endpoint,
             credential: account.credential().clone(),
             scheme,
@@ -284,6 +313,9 @@ impl ServiceClient {
     /// Sends with retries; `check` inspects each successful response and may turn it into
     /// an error (for example a failed change set inside a 202), which is retried like any
     /// other.
+    ///
+    /// The whole operation is bounded by the deadline and stops at once when the
+    /// cancellation token fires, backoff sleeps included.
     pub async fn send_with<T>(
         &self,
         req: Request,
@@ -291,12 +323,38 @@ impl ServiceClient {
     ) -> Result<T> {
         let req = &req;
         let check = &check;
-        self.retry
-            .run(req.op, req.idempotency, || async move {
-                let response = self.attempt(req).await?;
-                check(response)
-            })
-            .await
+        let last_error = std::sync::Mutex::new(None::<String>);
+        let last_error = &last_error;
+        let run = self.retry.run(req.op, req.idempotency, || async move {
+            let result = self.attempt(req).await.and_then(check);
+            if let Err(e) = &result {
+                *last_error.lock().expect("last error") = Some(e.to_string());
+            }
+            result
+        });
+        let cancelled = async {
+            match &self.cancel {
+                Some(token) => token.cancelled().await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            biased;
+            _ = cancelled => Err(Error::Cancelled { op: req.op }),
+            outcome = tokio::time::timeout(self.deadline, run) => match outcome {
+                Ok(result) => result,
+                Err(_) => Err(Error::Deadline {
+                    op: req.op,
+                    host: self.host.clone(),
+                    after: self.deadline,
+                    last: last_error
+                        .lock()
+                        .expect("last error")
+                        .take()
+                        .unwrap_or_else(|| "no answer".into()),
+                }),
+            },
+        }
     }
 
     async fn attempt(&self, req: &Request) -> Result<Response> {
@@ -327,13 +385,13 @@ impl ServiceClient {
             .http
             .execute(request)
             .await
-            .map_err(|e| Error::from_reqwest(req.op, e))?;
+            .map_err(|e| Error::from_reqwest(req.op, &self.host, e))?;
         let status = response.status();
         let headers = response.headers().clone();
         let body = response
             .bytes()
             .await
-            .map_err(|e| Error::from_reqwest(req.op, e))?;
+            .map_err(|e| Error::from_reqwest(req.op, &self.host, e))?;
         tracing::debug!(
             op = req.op,
             status = status.as_u16(),

@@ -91,6 +91,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         client_options: Default::default(),
         backends: None,
     };
+    let shutdown = tablevault_worker::process::shutdown_on_signal();
     let watch = |what| {
         let mut opts = watch_options(
             what,
@@ -98,6 +99,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
             vec![account.clone()],
             Duration::from_secs(60),
             json,
+            &shutdown,
         );
         opts.poll = Duration::from_millis(250);
         opts
@@ -136,7 +138,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         "\n3. verifying the backup block by block, and against {DEMO_RESTORED} ..."
     ));
     let verified = verify(
-        &location.store()?,
+        &location,
         &VerifyRequest {
             backup_id: backup.backup_id.clone(),
             tables: None,
