@@ -19,13 +19,13 @@ use tablevault_core::protocol::{
 use tablevault_core::stats::WorkerStats;
 use tablevault_core::store::{BackupPaths, CreateOutcome, Store};
 
-use crate::finalize::finalize;
 use crate::location::Location;
 use crate::plan::{Planning, discover_ranges, normalize_split_keys, ranges_from_split_keys};
 use crate::report::{BackupReport, PoisonReport, TableReport, peak_rss_bytes};
-use crate::state::{JobState, load_job, load_manifest};
+use crate::state::{JobState, load_job};
 use crate::watch::{Snapshot, WatchOptions, Watched, watch as watch_job};
 use crate::{Error, Result};
+use tablevault_core::job::finalize::{finalize, settle_backup};
 
 /// Ranges per table to discover when the user does not say: two per in-process worker
 /// (at least 8) so no worker waits on a straggler for long; 32 when the workers are
@@ -258,7 +258,7 @@ struct BackupWatch {
 #[async_trait]
 impl Watched for BackupWatch {
     async fn refresh(&mut self, store: &Store) -> Result<()> {
-        self.state.refresh(store).await
+        Ok(self.state.refresh(store).await?)
     }
 
     fn snapshot(&self, live: Option<&WorkerStats>) -> Snapshot {
@@ -315,7 +315,9 @@ pub async fn watch(
     let state = w.state;
     let mut report = report_from_state(&state, location, status);
     if status == JobStatus::Complete {
-        let manifest = finalize(&store, &state).await?;
+        let manifest = finalize(&store, &state)
+            .await?
+            .ok_or_else(|| Error::Internal("finalize called on an incomplete backup".into()))?;
         report.entities = manifest.entities;
         report.raw_bytes = manifest.raw_bytes;
         report.stored_bytes = manifest.stored_bytes;
@@ -413,7 +415,8 @@ pub async fn status(
     let job = load_job(&store, id).await?;
     let mut state = JobState::new(job.clone());
     state.refresh(&store).await?;
-    if let Some(manifest) = load_manifest(&store, id).await? {
+    // The one rule: a job whose ranges tile every table is complete, whoever sees it.
+    if let Some(manifest) = settle_backup(&store, &job).await? {
         if what.wait {
             // Finalize again: idempotent, and collects any garbage a straggler left.
             finalize(&store, &state).await?;

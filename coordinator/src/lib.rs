@@ -10,7 +10,6 @@
 pub mod backup;
 mod enqueue;
 pub mod error;
-pub mod finalize;
 pub mod listing;
 pub mod location;
 pub mod plan;

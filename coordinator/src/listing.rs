@@ -5,7 +5,8 @@ use tablevault_core::protocol::{JobStatus, is_valid_backup_id};
 use tablevault_core::store::{BackupPaths, Store, StoreError};
 
 use crate::Result;
-use crate::state::{load_job, load_manifest};
+use crate::state::load_job;
+use tablevault_core::job::finalize::settle_backup;
 
 /// One backup in the list.
 #[derive(Debug, Clone, Serialize)]
@@ -39,7 +40,7 @@ pub async fn list(store: &Store) -> Result<Vec<ListEntry>> {
         let Ok(job) = load_job(store, &id).await else {
             continue; // not a tablevault backup (or unreadable): skip rather than fail the list
         };
-        let manifest = load_manifest(store, &id).await?;
+        let manifest = settle_backup(store, &job).await?;
         let status = if manifest.is_some() {
             JobStatus::Complete
         } else if store

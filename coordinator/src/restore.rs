@@ -21,9 +21,10 @@ use crate::location::Location;
 use crate::report::{
     FailureReport, PoisonReport, RestoreReport, RestoreTableReport, peak_rss_bytes,
 };
-use crate::state::{RestoreState, load_job, load_manifest};
+use crate::state::{RestoreState, load_job};
 use crate::watch::{Snapshot, WatchOptions, Watched, watch as watch_job};
 use crate::{Error, Result};
+use tablevault_core::job::finalize::settle_backup;
 
 /// Blobs whose blocks hold at most this much XML in all are restored by one task.
 pub const DEFAULT_PER_BLOB_MAX_BYTES: u64 = 4 << 20;
@@ -64,9 +65,9 @@ impl RestoreRequest {
 
 /// Loads a backup's manifest, refusing incomplete backups and unknown versions.
 pub async fn load_complete_manifest(store: &Store, id: &str) -> Result<Manifest> {
-    let Some(manifest) = load_manifest(store, id).await? else {
-        // Distinguish "no such backup" from "not complete".
-        load_job(store, id).await?;
+    // Distinguishes "no such backup" from "not complete".
+    let job = load_job(store, id).await?;
+    let Some(manifest) = settle_backup(store, &job).await? else {
         return Err(Error::invalid(format!(
             "backup {id} is incomplete (it has no manifest) and cannot be restored or verified; \
              finish it with `tablevault status {id} --wait`"
@@ -211,7 +212,7 @@ struct RestoreWatch(RestoreState);
 #[async_trait]
 impl Watched for RestoreWatch {
     async fn refresh(&mut self, store: &Store) -> Result<()> {
-        self.0.records.refresh(store).await
+        Ok(self.0.records.refresh(store).await?)
     }
 
     fn snapshot(&self, live: Option<&WorkerStats>) -> Snapshot {

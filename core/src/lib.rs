@@ -7,6 +7,7 @@
 #![warn(missing_docs)]
 
 pub mod format;
+pub mod job;
 pub mod keys;
 pub mod protocol;
 pub mod queue;

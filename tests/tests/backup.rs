@@ -540,3 +540,47 @@ async fn a_restarted_coordinator_finishes_the_job() {
         scan_all(&client, &table).await
     );
 }
+
+#[tokio::test]
+async fn the_worker_that_commits_the_last_task_finalizes_the_backup() {
+    let Setup {
+        env,
+        client: _,
+        table,
+        source,
+        t,
+    } = numbered("last", 3, 100).await;
+    let mut req = backup_of(&env.account, &table);
+    req.split_keys = vec!["p001".into(), "p002".into()];
+    let job = plan(&req, &t).await.unwrap();
+    enqueue(&t, &job, None).await.unwrap();
+    // Daemon workers only: no coordinator is watching.
+    let w = Worker::new(
+        worker_config(&t, &env.account, Duration::from_secs(5)),
+        Arc::new(WorkerStats::default()),
+    )
+    .unwrap();
+    let stop = CancellationToken::new();
+    let h = tokio::spawn(w.run(stop.clone()));
+    let blobs = store(&t);
+    let mut waited = 0;
+    while load_manifest(&blobs, &job.backup_id)
+        .await
+        .unwrap()
+        .is_none()
+    {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        waited += 1;
+        assert!(waited < 300, "no one finalized the backup");
+    }
+    stop.cancel();
+    h.await.unwrap().unwrap();
+    // Every view agrees.
+    let listed = tablevault_coordinator::listing::list(&blobs).await.unwrap();
+    assert_eq!(listed[0].status, "complete");
+    let manifest = load_manifest(&blobs, &job.backup_id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(manifest.entities, source.len() as u64);
+}

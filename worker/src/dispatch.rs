@@ -6,6 +6,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use tablevault_core::job::finalize::settle_backup;
 use tablevault_core::keys::KeyRange;
 use tablevault_core::protocol::{
     BackupJob, CommitRecord, RestoreJob, TaskKind, TaskMessage, last_error,
@@ -234,6 +235,12 @@ impl Worker {
                 let outcome = attempt.run().await;
                 if matches!(outcome, Ok(BackupOutcome::Committed { .. })) {
                     WorkerStats::add(&self.stats.tasks_committed, 1);
+                }
+                if outcome.is_ok() {
+                    // Whoever observes the last commit finalizes the backup.
+                    if let Err(e) = settle_backup(&store, job).await {
+                        tracing::warn!(error = %e, "could not check whether the backup is complete; the next observer will");
+                    }
                 }
                 outcome.map(|_| ())
             }

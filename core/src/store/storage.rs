@@ -48,7 +48,8 @@ pub trait BlobStorage: Send + Sync {
     /// had changed.
     async fn delete_if_match(&self, blob: &str, etag: &str) -> Result<bool>;
 
-    /// Every blob (and, with a delimiter, every virtual directory) under `prefix`.
+    /// Every blob, with its metadata (and, with a delimiter, every virtual directory),
+    /// under `prefix`.
     async fn list(&self, prefix: &str, delimiter: Option<&str>) -> Result<ListPage>;
 }
 
@@ -103,6 +104,7 @@ impl BlobStorage for BlobClient {
         self.list_all(&ListOptions {
             prefix: (!prefix.is_empty()).then_some(prefix),
             delimiter,
+            include_metadata: true,
             ..Default::default()
         })
         .await

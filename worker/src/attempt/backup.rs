@@ -7,6 +7,7 @@
 
 use tablevault_azure::table::{EntityPage, Query, TableClient};
 use tablevault_core::format::{FORMAT_VERSION, Packer, PackerConfig};
+use tablevault_core::job::finalize::{RANGE_METADATA, range_metadata};
 use tablevault_core::keys::{EntityKey, KeyRange};
 use tablevault_core::protocol::{BackupJob, CommitRecord, now_rfc3339};
 use tablevault_core::stats::WorkerStats;
@@ -212,6 +213,7 @@ pub async fn commit(
         ("tventities".into(), record.entities.to_string()),
         ("tvstoredbytes".into(), record.stored_bytes.to_string()),
         ("tvattempt".into(), record.attempt.clone()),
+        (RANGE_METADATA.into(), range_metadata(&record.range)),
     ];
     let names = blob_names(record);
     match store.create(&path, record, metadata).await {

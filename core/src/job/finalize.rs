@@ -1,0 +1,180 @@
+//! Finalizing a backup once its committed ranges tile every table: write the manifest
+//! (create-only, so everyone finalizing at once agrees on one), then delete the blobs of
+//! attempts that did not win. Safe to run again at any point, by anyone.
+
+use std::collections::HashSet;
+
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD as BASE64;
+
+use super::BackupState;
+use crate::keys::{KeyRange, find_tiling};
+use crate::protocol::{BackupJob, Manifest, ManifestRange, ManifestTable, now_rfc3339};
+use crate::store::{BackupPaths, CreateOutcome, Result, Store, StoreError};
+
+/// Blob metadata of a commit record holding its range (base64 of JSON), so completion
+/// can be checked from one listing instead of reading every record.
+pub const RANGE_METADATA: &str = "tvrange";
+
+/// The metadata value for a range.
+pub fn range_metadata(range: &KeyRange) -> String {
+    BASE64.encode(serde_json::to_vec(range).expect("ranges serialize"))
+}
+
+fn range_from_metadata(value: &str) -> Option<KeyRange> {
+    serde_json::from_slice(&BASE64.decode(value).ok()?).ok()
+}
+
+/// Builds the manifest from the tiling of every table. `None` if some table is not tiled.
+pub fn build_manifest(state: &BackupState) -> Option<Manifest> {
+    let job = &state.job;
+    let paths = BackupPaths::new(&job.backup_id);
+    let mut tables = Vec::new();
+    for t in &job.tables {
+        let chain = state.tiling(&t.name)?;
+        let ranges: Vec<ManifestRange> = chain
+            .iter()
+            .map(|c| ManifestRange {
+                task: c.task.clone(),
+                range: c.range.clone(),
+                entities: c.entities,
+                commit: paths.commit(&c.table, &c.task),
+            })
+            .collect();
+        tables.push(ManifestTable {
+            name: t.name.clone(),
+            entities: chain.iter().map(|c| c.entities).sum(),
+            raw_bytes: chain.iter().map(|c| c.raw_bytes).sum(),
+            stored_bytes: chain.iter().map(|c| c.stored_bytes).sum(),
+            blobs: chain.iter().map(|c| c.blobs.len() as u64).sum(),
+            blocks: chain
+                .iter()
+                .flat_map(|c| &c.blobs)
+                .map(|b| b.blocks.len() as u64)
+                .sum(),
+            ranges,
+        });
+    }
+    Some(Manifest {
+        format: job.format,
+        backup_id: job.backup_id.clone(),
+        created_at: job.created_at.clone(),
+        completed_at: now_rfc3339(),
+        source: job.source.clone(),
+        compression: job.options.compression,
+        entities: tables.iter().map(|t| t.entities).sum(),
+        raw_bytes: tables.iter().map(|t| t.raw_bytes).sum(),
+        stored_bytes: tables.iter().map(|t| t.stored_bytes).sum(),
+        tables,
+        tool_version: env!("CARGO_PKG_VERSION").to_string(),
+    })
+}
+
+/// Writes the manifest (or reads the one someone wrote first) and collects the blobs of
+/// losing and dead attempts. Returns the manifest in force; `None` if some table is not
+/// tiled yet.
+pub async fn finalize(store: &Store, state: &BackupState) -> Result<Option<Manifest>> {
+    let id = &state.job.backup_id;
+    let paths = BackupPaths::new(id);
+    let Some(manifest) = build_manifest(state) else {
+        return Ok(None);
+    };
+    let metadata = vec![
+        ("tvformat".into(), manifest.format.to_string()),
+        ("tventities".into(), manifest.entities.to_string()),
+    ];
+    let manifest = match store.create(&paths.manifest(), &manifest, metadata).await? {
+        CreateOutcome::Created => {
+            tracing::info!(backup = %id, entities = manifest.entities, "backup complete: manifest written");
+            manifest
+        }
+        CreateOutcome::AlreadyExists => store.manifest(id).await?.ok_or_else(|| {
+            StoreError::Corrupt(format!("the manifest of {id} vanished while finalizing"))
+        })?,
+    };
+    collect_garbage(store, &paths, &manifest, state).await?;
+    Ok(Some(manifest))
+}
+
+/// Deletes data blobs that no range of the manifest references: attempts that lost the
+/// commit race, died mid-way, or committed a range the tiling did not use.
+async fn collect_garbage(
+    store: &Store,
+    paths: &BackupPaths,
+    manifest: &Manifest,
+    state: &BackupState,
+) -> Result<()> {
+    let mut keep = HashSet::new();
+    for t in &manifest.tables {
+        for r in &t.ranges {
+            if let Some(c) = state.commits().get(&(t.name.clone(), r.task.clone())) {
+                keep.insert(paths.attempt_prefix(&c.table, &c.task, &c.attempt));
+            }
+        }
+    }
+    let garbage: Vec<String> = store
+        .list_names(&paths.data_root())
+        .await?
+        .into_iter()
+        .filter(|n| !keep.iter().any(|k| n.starts_with(k.as_str())))
+        .collect();
+    if !garbage.is_empty() {
+        tracing::info!(
+            blobs = garbage.len(),
+            "deleting blobs of attempts that did not win"
+        );
+    }
+    store.delete_unreferenced(&garbage).await;
+    Ok(())
+}
+
+/// Whether the committed ranges tile every table, judged from one listing of the commit
+/// records' metadata. `true` also when a record carries no range metadata (an older
+/// writer): the caller then reads the records and checks properly.
+async fn listing_says_tiled(store: &Store, job: &BackupJob) -> Result<bool> {
+    let root = BackupPaths::new(&job.backup_id).commits_root();
+    let listing = store.blobs().list(&root, None).await?;
+    let mut ranges: Vec<(String, KeyRange)> = Vec::with_capacity(listing.blobs.len());
+    for b in &listing.blobs {
+        let Some(table) = b
+            .name
+            .strip_prefix(&root)
+            .and_then(|rest| rest.split_once('/'))
+            .map(|(t, _)| t)
+        else {
+            continue;
+        };
+        match b
+            .metadata
+            .get(RANGE_METADATA)
+            .and_then(|v| range_from_metadata(v))
+        {
+            Some(r) => ranges.push((table.to_string(), r)),
+            None => return Ok(true),
+        }
+    }
+    Ok(job.tables.iter().all(|t| {
+        let of_table: Vec<&KeyRange> = ranges
+            .iter()
+            .filter(|(name, _)| *name == t.name)
+            .map(|(_, r)| r)
+            .collect();
+        find_tiling(&of_table).is_some()
+    }))
+}
+
+/// The one rule for a backup's state: its manifest if it has one; otherwise, if its
+/// committed ranges tile every table, it is finalized now and its new manifest returned;
+/// otherwise `None` (still in progress, or incomplete). Cheap while the job is not
+/// complete: one listing of its commit records.
+pub async fn settle_backup(store: &Store, job: &BackupJob) -> Result<Option<Manifest>> {
+    if let Some(m) = store.manifest(&job.backup_id).await? {
+        return Ok(Some(m));
+    }
+    if !listing_says_tiled(store, job).await? {
+        return Ok(None);
+    }
+    let mut state = BackupState::new(job.clone());
+    state.refresh(store).await?;
+    finalize(store, &state).await
+}
