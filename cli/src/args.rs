@@ -92,6 +92,15 @@ pub struct OutputArgs {
     pub json: bool,
 }
 
+/// How long to wait for a job.
+#[derive(Args, Debug, Clone, Copy)]
+pub struct WaitArgs {
+    /// Seconds a job may go with no task finishing and no worker reporting progress
+    /// before the command stops waiting and says nothing is working on it.
+    #[arg(long, env = "TABLEVAULT_STALL_TIMEOUT", default_value_t = 300, value_parser = clap::value_parser!(u64).range(10..=86_400))]
+    pub stall_timeout: u64,
+}
+
 /// Where backups live.
 #[derive(Args, Debug, Clone)]
 pub struct StoreArgs {
@@ -208,6 +217,8 @@ pub struct BackupArgs {
     #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(5..=3600))]
     pub visibility_timeout: u64,
     #[command(flatten)]
+    pub wait_for: WaitArgs,
+    #[command(flatten)]
     pub output: OutputArgs,
 }
 
@@ -230,6 +241,8 @@ pub struct StatusArgs {
     /// Source account, for in-process workers.
     #[command(flatten)]
     pub source: SourceArgs,
+    #[command(flatten)]
+    pub wait_for: WaitArgs,
     #[command(flatten)]
     pub output: OutputArgs,
 }
@@ -267,6 +280,8 @@ pub struct RestoreArgs {
     /// Deliveries of a task before it is poisoned.
     #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..=100))]
     pub max_attempts: u64,
+    #[command(flatten)]
+    pub wait_for: WaitArgs,
     #[command(flatten)]
     pub output: OutputArgs,
 }

@@ -91,7 +91,7 @@ async fn backup(a: BackupArgs, shutdown: &CancellationToken) -> Result<BackupRep
     req.blocks_per_blob = a.blocks_per_blob as usize;
     req.block_bytes = a.block_size as usize;
     req.max_attempts = a.max_attempts;
-    let opts = watch_options(
+    let mut opts = watch_options(
         "backup",
         a.workers as usize,
         vec![source],
@@ -99,6 +99,7 @@ async fn backup(a: BackupArgs, shutdown: &CancellationToken) -> Result<BackupRep
         a.output.json,
         shutdown,
     );
+    opts.stall_timeout = Duration::from_secs(a.wait_for.stall_timeout);
     tablevault_coordinator::backup::run_backup(&req, &location, &opts).await
 }
 
@@ -109,7 +110,7 @@ async fn status(a: StatusArgs, shutdown: &CancellationToken) -> Result<BackupRep
     } else {
         Vec::new()
     };
-    let opts = watch_options(
+    let mut opts = watch_options(
         "backup",
         a.workers as usize,
         accounts,
@@ -117,6 +118,7 @@ async fn status(a: StatusArgs, shutdown: &CancellationToken) -> Result<BackupRep
         a.output.json,
         shutdown,
     );
+    opts.stall_timeout = Duration::from_secs(a.wait_for.stall_timeout);
     let what = StatusOptions {
         wait: a.wait,
         retry_poisoned: a.retry_poisoned,
@@ -133,7 +135,7 @@ async fn restore(a: RestoreArgs, shutdown: &CancellationToken) -> Result<Restore
     req.mode = a.mode;
     req.per_blob_max_bytes = a.per_blob_max_bytes;
     req.max_attempts = a.max_attempts;
-    let opts = watch_options(
+    let mut opts = watch_options(
         "restore",
         a.workers as usize,
         vec![target],
@@ -141,6 +143,7 @@ async fn restore(a: RestoreArgs, shutdown: &CancellationToken) -> Result<Restore
         a.output.json,
         shutdown,
     );
+    opts.stall_timeout = Duration::from_secs(a.wait_for.stall_timeout);
     tablevault_coordinator::restore::run_restore(&req, &location, &opts).await
 }
 

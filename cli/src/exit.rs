@@ -53,9 +53,11 @@ pub fn error_code(e: &Error) -> ExitCode {
         Error::Storage(Storage::Cancelled { .. }) => ExitCode::Interrupted,
         Error::Storage(Storage::Config(_) | Storage::InvalidRequest { .. }) => ExitCode::Usage,
         Error::Storage(s) if matches!(s.status(), Some(401 | 403)) => ExitCode::Usage,
-        Error::Storage(_) | Error::Corrupt(_) | Error::Internal(_) | Error::Step { .. } => {
-            ExitCode::Failed
-        }
+        Error::Storage(_)
+        | Error::Corrupt(_)
+        | Error::Internal(_)
+        | Error::Stalled(_)
+        | Error::Step { .. } => ExitCode::Failed,
     }
 }
 

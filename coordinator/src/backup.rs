@@ -277,6 +277,21 @@ impl Watched for BackupWatch {
         }
     }
 
+    fn records_seen(&self) -> usize {
+        self.state.commits().len() + self.state.poisoned().len()
+    }
+
+    fn heartbeats_root(&self) -> String {
+        BackupPaths::new(&self.state.job.backup_id).heartbeats_root()
+    }
+
+    fn resume_hint(&self) -> String {
+        format!(
+            "resume with `tablevault status {} --wait`",
+            self.state.job.backup_id
+        )
+    }
+
     fn settled(&mut self) -> Result<Option<JobStatus>> {
         if self.state.is_complete() {
             return Ok(Some(JobStatus::Complete));

@@ -30,6 +30,10 @@ pub enum Error {
         /// Why it failed.
         source: Box<Error>,
     },
+    /// Nothing is working on the job (no worker, or every in-process worker stopped); the
+    /// message says what to start and how to carry on.
+    #[error("{0}")]
+    Stalled(String),
     /// The job reached a state the protocol does not allow (a bug).
     #[error("internal error: {0}")]
     Internal(String),

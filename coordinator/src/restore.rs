@@ -228,6 +228,18 @@ impl Watched for RestoreWatch {
         }
     }
 
+    fn records_seen(&self) -> usize {
+        self.0.records.done.len() + self.0.records.poisoned.len()
+    }
+
+    fn heartbeats_root(&self) -> String {
+        BackupPaths::new(&self.0.job.backup_id).restore_heartbeats_root(&self.0.job.restore_id)
+    }
+
+    fn resume_hint(&self) -> String {
+        "run the restore again (upsert is idempotent)".into()
+    }
+
     fn settled(&mut self) -> Result<Option<JobStatus>> {
         Ok(self.0.is_settled().then(|| {
             if self.0.is_clean() {

@@ -13,7 +13,9 @@ use tablevault_core::stats::WorkerStats;
 use tablevault_core::store::Store;
 use tokio_util::sync::CancellationToken;
 
-use crate::{Location, Result};
+use std::collections::HashMap;
+
+use crate::{Error, Location, Result};
 
 /// What a progress display is shown.
 #[derive(Debug, Clone, Copy, Default)]
@@ -66,7 +68,14 @@ pub struct WatchOptions {
     pub shutdown: CancellationToken,
     /// Where progress goes; `None` shows nothing.
     pub progress: Option<Arc<dyn Progress>>,
+    /// How long the job may go without any task finishing, any worker's heartbeat and any
+    /// in-process progress before the watch gives up and says nothing is working on it.
+    pub stall_timeout: Duration,
 }
+
+/// Default of [`WatchOptions::stall_timeout`]: workers rewrite their heartbeat every 20 s,
+/// so five minutes without one means nobody is there.
+pub const DEFAULT_STALL_TIMEOUT: Duration = Duration::from_secs(300);
 
 impl WatchOptions {
     /// Only watch, polling twice a second, showing nothing.
@@ -76,20 +85,90 @@ impl WatchOptions {
             poll: Duration::from_millis(500),
             shutdown,
             progress: None,
+            stall_timeout: DEFAULT_STALL_TIMEOUT,
         }
     }
 }
 
 /// A job as the watch loop sees it.
 #[async_trait]
-pub(crate) trait Watched: Send {
+pub(crate) trait Watched: Send + Sync {
     /// Reads records that appeared since the last call.
     async fn refresh(&mut self, store: &Store) -> Result<()>;
     /// Progress, with the in-process workers' live counters when there are some.
     fn snapshot(&self, live: Option<&WorkerStats>) -> Snapshot;
     /// `Some` once the job needs no more watching, with its status.
     fn settled(&mut self) -> Result<Option<JobStatus>>;
+    /// Records read so far: when this grows, tasks are finishing.
+    fn records_seen(&self) -> usize;
+    /// Where workers of this job leave their heartbeats.
+    fn heartbeats_root(&self) -> String;
+    /// How to carry the job on after this watch gives up.
+    fn resume_hint(&self) -> String;
 }
+
+/// Tells whether anything is happening to a job: new records, rewritten heartbeats, or
+/// in-process workers' counters moving. Only this process's clock is used (heartbeats are
+/// compared by ETag, never by time), so clock skew between machines cannot fool it.
+struct Liveness {
+    last_progress: tokio::time::Instant,
+    records: usize,
+    live_entities: u64,
+    heartbeats: HashMap<String, String>,
+}
+
+impl Liveness {
+    fn new() -> Self {
+        Liveness {
+            last_progress: tokio::time::Instant::now(),
+            records: 0,
+            live_entities: 0,
+            heartbeats: HashMap::new(),
+        }
+    }
+
+    fn moved(&mut self) {
+        self.last_progress = tokio::time::Instant::now();
+    }
+
+    /// Updates from the latest look at the job; returns how long nothing has moved.
+    async fn observe(
+        &mut self,
+        store: &Store,
+        state: &dyn Watched,
+        live: Option<&WorkerStats>,
+    ) -> Duration {
+        if state.records_seen() != self.records {
+            self.records = state.records_seen();
+            self.moved();
+        }
+        if let Some(live) = live {
+            let n = WorkerStats::get(&live.entities);
+            if n != self.live_entities {
+                self.live_entities = n;
+                self.moved();
+            }
+        }
+        let idle = self.last_progress.elapsed();
+        if idle >= HEARTBEAT_CHECK_AFTER {
+            match store.blobs().list(&state.heartbeats_root(), None).await {
+                Ok(listing) => {
+                    for b in listing.blobs {
+                        if self.heartbeats.get(&b.name) != Some(&b.etag) {
+                            self.heartbeats.insert(b.name, b.etag);
+                            self.moved();
+                        }
+                    }
+                }
+                Err(e) => tracing::debug!(error = %e, "cannot list heartbeats"),
+            }
+        }
+        self.last_progress.elapsed()
+    }
+}
+
+/// Heartbeats are only looked at after this long without other signs of progress.
+const HEARTBEAT_CHECK_AFTER: Duration = Duration::from_secs(10);
 
 /// Watches `job` until it settles or the watch is cancelled (then `Interrupted`).
 pub(crate) async fn watch(
@@ -105,6 +184,7 @@ pub(crate) async fn watch(
         None => None,
     };
     let stats = workers.as_ref().map(|w| w.stats());
+    let mut liveness = Liveness::new();
     let outcome = async {
         loop {
             if let Err(e) = state.refresh(store).await {
@@ -117,7 +197,21 @@ pub(crate) async fn watch(
                 return Ok(status);
             }
             if let Some(why) = workers.as_mut().and_then(|w| w.stopped()) {
-                tracing::error!(error = %why, "an in-process worker stopped");
+                return Err(Error::Stalled(format!(
+                    "a worker of this process stopped: {why}; {}",
+                    state.resume_hint()
+                )));
+            }
+            let idle = liveness.observe(store, state, stats.as_deref()).await;
+            if idle >= opts.stall_timeout {
+                return Err(Error::Stalled(format!(
+                    "nothing has worked on job {job_id} for {} s: no task finished and no worker \
+                     reported progress. Start `tablevault-worker` on queue {:?} with credentials \
+                     for the job's accounts, or run this command with --workers N; then {}",
+                    idle.as_secs(),
+                    location.queue,
+                    state.resume_hint()
+                )));
             }
             let changed = async {
                 match &stats {

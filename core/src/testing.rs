@@ -348,6 +348,7 @@ impl BlobStorage for MemoryBlobs {
                 None => page.blobs.push(BlobItem {
                     name: name.clone(),
                     content_length: b.data.len() as u64,
+                    etag: format!("\"{}\"", b.etag),
                     metadata: b.metadata.clone(),
                 }),
             }

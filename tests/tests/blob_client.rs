@@ -145,3 +145,20 @@ async fn hostile_blob_names_are_refused() {
     }
     assert!(BlobClient::new(&env.account, "Bad_Container").is_err());
 }
+
+#[tokio::test]
+async fn listings_carry_etags_that_change_with_every_write() {
+    let env = TestEnv::start().await;
+    let c = BlobClient::new(&env.account, &unique_lower("etag")).unwrap();
+    c.create_container().await.unwrap();
+    let etag = |page: &tablevault_azure::blob::ListPage| page.blobs[0].etag.clone();
+    c.put_blob("b", Bytes::from_static(b"1"), &Default::default())
+        .await
+        .unwrap();
+    let first = etag(&c.list_all(&Default::default()).await.unwrap());
+    c.put_blob("b", Bytes::from_static(b"2"), &Default::default())
+        .await
+        .unwrap();
+    let second = etag(&c.list_all(&Default::default()).await.unwrap());
+    assert!(!first.is_empty() && first != second, "{first} {second}");
+}

@@ -40,6 +40,8 @@ enum Work {
 /// A resolved task with the paths that settle it.
 struct Resolved {
     work: Work,
+    /// Where the worker's heartbeat for this job goes.
+    heartbeats: String,
     /// The blob whose existence means the task is done.
     done: String,
     /// Where its poison record goes.
@@ -94,6 +96,7 @@ impl Worker {
                     .backup_job(store, &task.job)
                     .await?
                     .map(|job| Resolved {
+                        heartbeats: paths.heartbeats_root(),
                         done: paths.commit(&task.table, &task.task),
                         poison: paths.poison(&task.table, &task.task),
                         work: Work::Backup {
@@ -116,6 +119,7 @@ impl Worker {
                         .commit_record(store, &paths.commit(source_table, range_task))
                         .await?;
                     Some(Resolved {
+                        heartbeats: paths.restore_heartbeats_root(restore),
                         done: paths.restore_done(restore, &task.table, &task.task),
                         poison: paths.restore_poison(restore, &task.table, &task.task),
                         work: Work::Restore {
@@ -207,6 +211,12 @@ impl Worker {
                 .await;
             return;
         }
+        let heartbeat = Heartbeat::start(
+            store.clone(),
+            format!("{}{}", resolved.heartbeats, blob_safe(&self.identity)),
+            &task,
+            &self.identity,
+        );
         let outcome = match &resolved.work {
             Work::Backup { job, range } => {
                 let Some(source) = self
@@ -215,9 +225,7 @@ impl Worker {
                 else {
                     tracing::warn!(account = %job.source.account, "this worker has no credentials for the source account; handing the task to another worker (configure --source)");
                     let receipt = lease.stop().await;
-                    settler
-                        .hand_back(&message, &receipt, NO_CREDENTIALS_RETRY)
-                        .await;
+                    settler.offer_to_others(&message, &receipt).await;
                     return;
                 };
                 let attempt = BackupAttempt {
@@ -257,9 +265,7 @@ impl Worker {
                 else {
                     tracing::warn!(account = %job.target.account, "this worker has no credentials for the target account; handing the task to another worker (configure --target)");
                     let receipt = lease.stop().await;
-                    settler
-                        .hand_back(&message, &receipt, NO_CREDENTIALS_RETRY)
-                        .await;
+                    settler.offer_to_others(&message, &receipt).await;
                     return;
                 };
                 let attempt = RestoreAttempt {
@@ -285,11 +291,51 @@ impl Worker {
                 outcome.map(|_| ())
             }
         };
+        heartbeat.stop();
         settler.settle(lease, outcome, &message, poison).await;
+    }
+}
+
+/// A worker identity (`host/pid`) as one blob name segment.
+fn blob_safe(identity: &str) -> String {
+    identity
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '.' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
+}
+
+/// How often a worker working on a job says so.
+const HEARTBEAT_PERIOD: Duration = Duration::from_secs(20);
+
+/// Rewrites a blob next to the job while an attempt runs: a watcher that sees it change
+/// knows someone is working on the job even when no task finishes for a while.
+struct Heartbeat(tokio::task::JoinHandle<()>);
+
+impl Heartbeat {
+    fn start(store: Store, path: String, task: &TaskMessage, worker: &str) -> Self {
+        let beat = serde_json::json!({ "worker": worker, "table": task.table, "task": task.task });
+        Heartbeat(tokio::spawn(async move {
+            loop {
+                let mut beat = beat.clone();
+                beat["at"] = tablevault_core::protocol::now_rfc3339().into();
+                if let Err(e) = store.overwrite(&path, &beat).await {
+                    tracing::debug!(error = %e, "could not write a heartbeat");
+                }
+                tokio::time::sleep(HEARTBEAT_PERIOD).await;
+            }
+        }))
+    }
+
+    fn stop(self) {
+        self.0.abort();
     }
 }
 
 /// How soon a task whose job files could not be read is tried again.
 const READ_FAILED_RETRY: Duration = Duration::from_secs(5);
-/// How soon a task this worker has no credentials for is offered again.
-const NO_CREDENTIALS_RETRY: Duration = Duration::from_secs(30);

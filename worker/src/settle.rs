@@ -6,7 +6,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use tablevault_core::protocol::{PoisonEntry, PoisonRecord, TaskMessage, now_rfc3339};
+use tablevault_core::protocol::{PoisonEntry, PoisonRecord, TaskMessage, handed_back, now_rfc3339};
 use tablevault_core::queue::{ReceivedMessage, TaskQueue};
 use tablevault_core::stats::WorkerStats;
 use tablevault_core::store::Store;
@@ -31,6 +31,16 @@ pub struct PoisonTarget<'a> {
     pub path: &'a str,
     /// The task.
     pub task: &'a TaskMessage,
+}
+
+/// The delay before a task is offered again after its `n`th hand-back: 30 s, doubling,
+/// at most 10 minutes.
+pub fn offer_delay(n: u64) -> Duration {
+    Duration::from_secs(
+        30u64
+            .saturating_mul(1 << n.saturating_sub(1).min(5))
+            .min(600),
+    )
 }
 
 /// The delay before a failed task is tried again: longer with each delivery.
@@ -97,6 +107,25 @@ impl Settler {
                 self.poison_task(poison, message, &receipt, &why).await;
             }
         }
+    }
+
+    /// Offers a task this worker cannot run (it holds no credentials for the job's
+    /// account) to the other workers: handed back without spending a delivery, but later
+    /// each time, so a task nobody can take does not spin on the queue. The watching
+    /// coordinator reports the job as stalled.
+    pub async fn offer_to_others(&self, message: &ReceivedMessage, receipt: &str) {
+        let (text, n) = handed_back(&message.text);
+        let delay = offer_delay(n);
+        tracing::warn!(
+            offered = n,
+            retry_in_s = delay.as_secs(),
+            "no credentials for this task's account; offering it to other workers"
+        );
+        let again = ReceivedMessage {
+            text,
+            ..message.clone()
+        };
+        self.hand_back(&again, receipt, delay).await;
     }
 
     /// Gives a message we will not work on back without spending one of its deliveries:
@@ -352,6 +381,12 @@ mod tests {
             vec![(f.task.encode(), 0, true)],
             "visible at once, with all its deliveries"
         );
+    }
+
+    #[test]
+    fn offers_grow_rarer() {
+        let delays: Vec<u64> = (1..=8).map(|n| offer_delay(n).as_secs()).collect();
+        assert_eq!(delays, vec![30, 60, 120, 240, 480, 600, 600, 600]);
     }
 
     #[tokio::test(start_paused = true)]

@@ -54,6 +54,8 @@ pub struct BlobItem {
     pub name: String,
     /// Size in bytes.
     pub content_length: u64,
+    /// ETag: changes with every write, so a reader can tell a blob was rewritten.
+    pub etag: String,
     /// Metadata, names lower-cased (only when requested).
     pub metadata: BTreeMap<String, String>,
 }

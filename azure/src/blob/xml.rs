@@ -46,6 +46,7 @@ pub(super) fn parse_list(op: &'static str, body: &[u8]) -> Result<ListPage> {
                         current = Some(BlobItem {
                             name: String::new(),
                             content_length: 0,
+                            etag: String::new(),
                             metadata: BTreeMap::new(),
                         });
                         path.push(name);
@@ -54,6 +55,12 @@ pub(super) fn parse_list(op: &'static str, body: &[u8]) -> Result<ListPage> {
                         let t = read_text(&mut reader, op)?;
                         if let Some(c) = current.as_mut() {
                             c.name = t;
+                        }
+                    }
+                    (Some(b"Properties"), b"Etag") => {
+                        let t = read_text(&mut reader, op)?;
+                        if let Some(c) = current.as_mut() {
+                            c.etag = t;
                         }
                     }
                     (Some(b"Properties"), b"Content-Length") => {

@@ -135,3 +135,100 @@ async fn a_failed_enqueue_names_the_job_and_how_to_carry_on() {
     // The marker is not written, so `status --wait` queues what is missing.
     assert!(!store.exists(&marker).await.unwrap());
 }
+
+/// Fakes whose one task is outstanding (not poisoned).
+async fn outstanding() -> Fakes {
+    let f = fakes().await;
+    let path = BackupPaths::new(&f.job.backup_id).poison("Tbl", "r0000");
+    f.location.store().unwrap().delete(&path).await.unwrap();
+    f
+}
+
+fn quick_watch(stall: std::time::Duration) -> WatchOptions {
+    let mut opts = WatchOptions::new(CancellationToken::new());
+    opts.stall_timeout = stall;
+    opts
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_watch_with_nobody_working_says_so_instead_of_waiting_forever() {
+    let f = outstanding().await;
+    let opts = quick_watch(std::time::Duration::from_secs(60));
+    let started = tokio::time::Instant::now();
+    let err = tokio::time::timeout(
+        std::time::Duration::from_secs(3600),
+        watch(&f.location, f.job.clone(), &opts),
+    )
+    .await
+    .expect("the watch ends")
+    .unwrap_err();
+    assert!(started.elapsed() < std::time::Duration::from_secs(70));
+    let text = err.to_string();
+    assert!(
+        text.contains("tablevault-worker") && text.contains("--wait"),
+        "{text}"
+    );
+    assert!(matches!(err, Error::Stalled(_)));
+}
+
+#[tokio::test(start_paused = true)]
+async fn heartbeats_keep_a_quiet_job_alive() {
+    let f = outstanding().await;
+    let store = f.location.store().unwrap();
+    let beat = format!(
+        "{}worker-1",
+        BackupPaths::new(&f.job.backup_id).heartbeats_root()
+    );
+    let beating = tokio::spawn(async move {
+        for i in 0..30 {
+            store.overwrite(&beat, &i).await.unwrap();
+            tokio::time::sleep(std::time::Duration::from_secs(20)).await;
+        }
+    });
+    let opts = quick_watch(std::time::Duration::from_secs(60));
+    let started = tokio::time::Instant::now();
+    let err = watch(&f.location, f.job.clone(), &opts).await.unwrap_err();
+    let waited = started.elapsed();
+    beating.await.unwrap();
+    assert!(matches!(err, Error::Stalled(_)));
+    assert!(
+        waited >= std::time::Duration::from_secs(600),
+        "alive while heartbeats changed, stalled only after they stopped: {waited:?}"
+    );
+}
+
+struct DyingWorkers;
+
+struct Dead(Arc<tablevault_core::stats::WorkerStats>);
+
+#[async_trait::async_trait]
+impl crate::RunningWorkers for Dead {
+    fn stats(&self) -> Arc<tablevault_core::stats::WorkerStats> {
+        self.0.clone()
+    }
+    fn stopped(&mut self) -> Option<String> {
+        Some("Get Messages: HTTP 403 AuthorizationFailure".into())
+    }
+    async fn stop(self: Box<Self>) {}
+}
+
+impl crate::LocalWorkers for DyingWorkers {
+    fn start(&self, _: &Location, _: &str) -> Result<Box<dyn crate::RunningWorkers>> {
+        Ok(Box::new(Dead(Default::default())))
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_dead_in_process_worker_fails_the_watch() {
+    let f = outstanding().await;
+    let mut opts = quick_watch(std::time::Duration::from_secs(3600));
+    opts.workers = Some(Arc::new(DyingWorkers));
+    let err = tokio::time::timeout(
+        std::time::Duration::from_secs(60),
+        watch(&f.location, f.job.clone(), &opts),
+    )
+    .await
+    .expect("the watch ends")
+    .unwrap_err();
+    assert!(err.to_string().contains("403"), "{err}");
+}

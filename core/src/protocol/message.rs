@@ -109,6 +109,27 @@ impl TaskMessage {
     }
 }
 
+/// The queue text of a message handed back once more, and how many times it has been
+/// handed back now. A task no worker can take (no one holds its account's credentials)
+/// is offered less and less often instead of spinning on the queue.
+pub fn handed_back(text: &str) -> (String, u64) {
+    let Some(mut value) = BASE64
+        .decode(text.trim())
+        .ok()
+        .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
+        .filter(serde_json::Value::is_object)
+    else {
+        return (text.to_string(), 1);
+    };
+    let n = value
+        .get("handed_back")
+        .and_then(|v| v.as_u64())
+        .unwrap_or(0)
+        + 1;
+    value["handed_back"] = n.into();
+    (BASE64.encode(value.to_string()), n)
+}
+
 /// Longest error text a message carries to its next delivery.
 const MAX_LAST_ERROR_CHARS: usize = 1000;
 
@@ -218,6 +239,17 @@ mod tests {
             last_error(&t.encode_with_last_error(&long)).map(|s| s.len()),
             Some(MAX_LAST_ERROR_CHARS)
         );
+    }
+
+    #[test]
+    fn hand_backs_are_counted_in_a_still_valid_task() {
+        let t = task();
+        let (once, n) = handed_back(&t.encode());
+        assert_eq!(n, 1);
+        let (twice, n) = handed_back(&once);
+        assert_eq!(n, 2);
+        assert_eq!(TaskMessage::decode(&twice).unwrap(), t);
+        assert_eq!(handed_back("not base64 %%").1, 1);
     }
 
     #[test]

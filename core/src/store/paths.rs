@@ -68,6 +68,17 @@ impl BackupPaths {
         format!("{}/poison/{table}/{task}.json", self.id)
     }
 
+    /// `<id>/heartbeats/`: one blob per worker holding a task of the backup, rewritten
+    /// while it works, so a watcher can tell the job is alive.
+    pub fn heartbeats_root(&self) -> String {
+        format!("{}/heartbeats/", self.id)
+    }
+
+    /// `<id>/restores/<restore>/heartbeats/`: the same for a restore.
+    pub fn restore_heartbeats_root(&self, restore: &str) -> String {
+        format!("{}/restores/{restore}/heartbeats/", self.id)
+    }
+
     /// `<id>/restores/`.
     pub fn restores_root(&self) -> String {
         format!("{}/restores/", self.id)
