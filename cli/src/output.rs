@@ -94,7 +94,7 @@ pub fn print_backup(r: &BackupReport) {
         );
     }
     for p in &r.poisoned {
-        println!("  POISONED {}/{}: {}", p.table, p.task, p.reason);
+        print_poisoned(p);
     }
     match r.status {
         JobStatus::Incomplete => println!(
@@ -159,7 +159,7 @@ pub fn print_restore(r: &RestoreReport) {
         );
     }
     for p in &r.poisoned {
-        println!("  POISONED {}/{}: {}", p.table, p.task, p.reason);
+        print_poisoned(p);
     }
 }
 
@@ -203,4 +203,13 @@ pub fn print_verify(r: &VerifyReport) {
             }
         );
     }
+}
+
+fn print_poisoned(p: &tablevault_coordinator::report::PoisonReport) {
+    let keys = p
+        .range
+        .as_ref()
+        .map(|r| format!(" (keys {r} missing)"))
+        .unwrap_or_default();
+    println!("  POISONED {}/{}{keys}: {}", p.table, p.task, p.reason);
 }

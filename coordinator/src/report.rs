@@ -2,7 +2,7 @@
 //! it (one JSON object with `--json`, a summary otherwise).
 
 use serde::Serialize;
-use tablevault_core::keys::EntityKey;
+use tablevault_core::keys::{EntityKey, KeyRange};
 use tablevault_core::protocol::{JobStatus, PoisonRecord, RestoreMode};
 
 /// Per-table result of a backup.
@@ -29,6 +29,8 @@ pub struct PoisonReport {
     pub task: String,
     /// Why it was given up.
     pub reason: String,
+    /// The keys whose entities are missing because of it.
+    pub range: Option<KeyRange>,
 }
 
 impl PoisonReport {
@@ -40,6 +42,7 @@ impl PoisonReport {
                 table: p.table.clone(),
                 task: p.task.clone(),
                 reason: p.reason.clone(),
+                range: p.range.clone(),
             })
             .collect();
         out.sort_by(|a, b| (&a.table, &a.task).cmp(&(&b.table, &b.task)));

@@ -103,6 +103,15 @@ impl KeyRange {
         KeyRange { start, end }
     }
 
+    /// The smallest range holding every key from `first` to `last`, both included.
+    pub fn spanning(first: &EntityKey, last: &EntityKey) -> KeyRange {
+        // No key holds U+0000, so `last` followed by it is the first position after it.
+        KeyRange::new(
+            Some(first.clone()),
+            Some(EntityKey::new(&last.pk, format!("{}\u{0}", last.rk))),
+        )
+    }
+
     /// Whether the key falls inside.
     pub fn contains(&self, key: &EntityKey) -> bool {
         self.start.as_ref().is_none_or(|s| key >= s) && self.end.as_ref().is_none_or(|e| key < e)

@@ -49,6 +49,26 @@ struct Resolved {
 }
 
 impl Resolved {
+    /// The keys the task would write.
+    fn range(&self) -> Option<KeyRange> {
+        match &self.work {
+            Work::Backup { range, .. } => Some(range.clone()),
+            Work::Restore {
+                commit,
+                blob,
+                block,
+                ..
+            } => {
+                let blocks = &commit.blobs.get(*blob)?.blocks;
+                let (first, last) = match block {
+                    Some(i) => (blocks.get(*i)?, blocks.get(*i)?),
+                    None => (blocks.first()?, blocks.last()?),
+                };
+                Some(KeyRange::spanning(&first.first_key, &last.last_key))
+            }
+        }
+    }
+
     fn max_attempts(&self) -> u64 {
         match &self.work {
             Work::Backup { job, .. } => job.options.max_attempts,
@@ -195,6 +215,7 @@ impl Worker {
             store: &store,
             path: &resolved.poison,
             task: &task,
+            range: resolved.range(),
         };
         if message.dequeue_count > resolved.max_attempts() {
             let reason = format!(

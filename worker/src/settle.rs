@@ -6,6 +6,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use tablevault_core::keys::KeyRange;
 use tablevault_core::protocol::{PoisonEntry, PoisonRecord, TaskMessage, handed_back, now_rfc3339};
 use tablevault_core::queue::{ReceivedMessage, TaskQueue};
 use tablevault_core::stats::WorkerStats;
@@ -31,6 +32,8 @@ pub struct PoisonTarget<'a> {
     pub path: &'a str,
     /// The task.
     pub task: &'a TaskMessage,
+    /// The keys it would have written.
+    pub range: Option<KeyRange>,
 }
 
 /// The delay before a task is offered again after its `n`th hand-back: 30 s, doubling,
@@ -166,6 +169,7 @@ impl Settler {
             dequeue_count: message.dequeue_count,
             at: now_rfc3339(),
             worker: self.identity.clone(),
+            range: target.range.clone(),
         };
         if let Err(e) = target.store.overwrite(target.path, &record).await {
             tracing::warn!(error = %e, "could not write the poison record; giving the task back to poison it later");
@@ -219,7 +223,6 @@ impl Settler {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tablevault_core::keys::KeyRange;
     use tablevault_core::protocol::{PROTOCOL_VERSION, TaskKind, last_error};
     use tablevault_core::testing::{MemoryBlobs, MemoryQueue, Op, Strike, busy};
 
@@ -282,6 +285,7 @@ mod tests {
             store: &f.store,
             path: "job1/poison/Tbl/r0000.json",
             task: &f.task,
+            range: Some(KeyRange::all()),
         }
     }
 
@@ -330,6 +334,11 @@ mod tests {
             .unwrap()
             .expect("a poison record next to the job");
         assert_eq!((record.task.as_str(), record.dequeue_count), ("r0000", 1));
+        assert_eq!(
+            record.range,
+            Some(KeyRange::all()),
+            "what is missing is named"
+        );
         assert_eq!(f.blobs.names().len(), 1);
     }
 

@@ -69,6 +69,7 @@ pub(crate) async fn fakes() -> Fakes {
         dequeue_count: 1,
         at: now_rfc3339(),
         worker: "w".into(),
+        range: Some(KeyRange::all()),
     };
     store
         .overwrite(&paths.poison("Tbl", "r0000"), &poison)

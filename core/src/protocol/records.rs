@@ -319,6 +319,10 @@ pub struct PoisonRecord {
     pub at: String,
     /// Which worker gave up.
     pub worker: String,
+    /// The keys whose entities the task would have backed up or restored: what is
+    /// missing because it was given up. Absent in records of older writers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub range: Option<KeyRange>,
 }
 
 /// One range of a table in the manifest.

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use futures::StreamExt;
 use tablevault_azure::Error;
 use tablevault_azure::table::{BatchOperation, Cmp, Entity, Filter, Query, TableClient};
-use tablevault_core::keys::{EntityKey, cmp_keys};
+use tablevault_core::keys::EntityKey;
 use tablevault_core::protocol::{
     BatchFailure, CommitRecord, RestoreJob, RestoreMode, RestoreRecord, now_rfc3339,
 };
@@ -72,7 +72,7 @@ struct BatchResult {
     written: u64,
     identical: u64,
     skipped: u64,
-    failure: Option<BatchFailure>,
+    failures: Vec<BatchFailure>,
 }
 
 fn key(e: &Entity) -> EntityKey {
@@ -176,11 +176,12 @@ impl RestoreAttempt<'_> {
                     record.written += b.written;
                     record.identical += b.identical;
                     record.skipped += b.skipped;
-                    if let Some(f) = b.failure {
+                    if b.failures.is_empty() {
+                        record.batches += 1;
+                    }
+                    for f in b.failures {
                         record.failed += f.keys.len() as u64;
                         record.failures.push(f);
-                    } else {
-                        record.batches += 1;
                     }
                 }
                 Err(e) => {
@@ -283,7 +284,7 @@ impl RestoreAttempt<'_> {
                         ),
                     };
                     tracing::warn!(entities = keys.len(), %message, "a batch cannot be restored; recording it");
-                    result.failure = Some(BatchFailure {
+                    result.failures.push(BatchFailure {
                         keys,
                         status,
                         code,
@@ -299,39 +300,26 @@ impl RestoreAttempt<'_> {
         ))
     }
 
-    /// After an insert conflict: reads the batch's key span from the target once, keeps
-    /// the entities that are absent for insertion, and settles the others: identical to
-    /// the backup (an earlier attempt wrote it) or different (skipped, or a failure).
+    /// After an insert conflict: reads the batch's entities from the target (only its own
+    /// keys, so memory is one batch whatever else the partition holds), keeps the absent
+    /// ones for insertion, and settles the others: identical to the backup (an earlier
+    /// attempt wrote it) or different (skipped, or a failure).
     async fn resolve_conflicts(
         &self,
         ops: Vec<BatchOperation>,
         result: &mut BatchResult,
     ) -> Result<Vec<BatchOperation>, TaskError> {
-        let (pk, first) = {
-            let (p, r) = ops[0].keys();
-            (p.to_string(), r.to_string())
-        };
-        let last = ops
-            .iter()
-            .map(|o| o.keys().1.to_string())
-            .max_by(|a, b| cmp_keys(a, b))
-            .unwrap_or_default();
-        let query = Query {
-            filter: Filter::all([
-                Filter::partition_key(Cmp::Eq, &pk),
-                Filter::row_key(Cmp::Ge, &first),
-                Filter::row_key(Cmp::Le, &last),
-            ]),
-            top: Some(1000),
-        };
-        let existing: HashMap<String, Entity> = self
-            .target
-            .pages(self.target_table, query)
-            .collect_entities()
-            .await?
-            .into_iter()
-            .map(|e| (e.row_key.clone(), e))
-            .collect();
+        let pk = ops[0].keys().0.to_string();
+        let row_keys: Vec<&str> = ops.iter().map(|o| o.keys().1).collect();
+        let mut existing: HashMap<String, Entity> = HashMap::with_capacity(ops.len());
+        for filter in point_filters(&pk, &row_keys) {
+            let found = self
+                .target
+                .pages(self.target_table, Query::scan(Some(filter)))
+                .collect_entities()
+                .await?;
+            existing.extend(found.into_iter().map(|e| (e.row_key.clone(), e)));
+        }
         let mut absent = Vec::with_capacity(ops.len());
         let mut conflicts = Vec::new();
         for op in ops {
@@ -347,11 +335,7 @@ impl RestoreAttempt<'_> {
             }
         }
         if !conflicts.is_empty() {
-            if let Some(f) = &mut result.failure {
-                f.keys.extend(conflicts);
-                return Ok(absent);
-            }
-            result.failure = Some(BatchFailure {
+            result.failures.push(BatchFailure {
                 message: format!(
                     "{} entities already exist in {} with different data (insert-fail mode)",
                     conflicts.len(),
@@ -363,5 +347,50 @@ impl RestoreAttempt<'_> {
             });
         }
         Ok(absent)
+    }
+}
+
+/// Most comparisons the service allows in one `$filter`.
+const MAX_FILTER_COMPARISONS: usize = 15;
+
+/// Filters that read exactly the given entities of one partition:
+/// `PartitionKey eq pk and (RowKey eq r1 or …)`, each within the service's limit on
+/// comparisons.
+fn point_filters(pk: &str, row_keys: &[&str]) -> Vec<Filter> {
+    row_keys
+        .chunks(MAX_FILTER_COMPARISONS - 1)
+        .map(|chunk| {
+            let any = chunk
+                .iter()
+                .map(|rk| Filter::row_key(Cmp::Eq, rk))
+                .reduce(Filter::or)
+                .expect("chunks are not empty");
+            Filter::partition_key(Cmp::Eq, pk).and(any)
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn conflict_checks_name_only_the_batchs_keys_within_the_service_limit() {
+        let keys: Vec<String> = (0..100).map(|i| format!("r{i:03}")).collect();
+        let refs: Vec<&str> = keys.iter().map(String::as_str).collect();
+        let filters = point_filters("p'q", &refs);
+        assert_eq!(filters.len(), 8);
+        for f in &filters {
+            let text = f.as_str();
+            let comparisons = text.matches(" eq ").count();
+            assert!(comparisons <= MAX_FILTER_COMPARISONS, "{text}");
+            assert!(!text.contains(" ge ") && !text.contains(" le "), "{text}");
+            assert!(text.starts_with("(PartitionKey eq 'p''q')"), "{text}");
+        }
+        let named: usize = filters
+            .iter()
+            .map(|f| f.as_str().matches("RowKey eq").count())
+            .sum();
+        assert_eq!(named, 100);
     }
 }

@@ -1,0 +1,135 @@
+//! A restore attempt against a scripted Table endpoint, for sequences Azurite cannot
+//! produce on demand, with its blocks in an in-memory store.
+
+use std::sync::Arc;
+
+use tablevault_azure::config::{EMULATOR_KEY, StorageAccount};
+use tablevault_azure::table::{EdmValue, Entity, TableClient};
+use tablevault_core::format::{Compression, FORMAT_VERSION, Packer, PackerConfig};
+use tablevault_core::keys::KeyRange;
+use tablevault_core::protocol::{
+    AccountRef, CommitRecord, PROTOCOL_VERSION, RestoreJob, RestoreMode,
+};
+use tablevault_core::stats::WorkerStats;
+use tablevault_core::store::{BackupPaths, Store};
+use tablevault_core::testing::MemoryBlobs;
+use tablevault_tests::mock_server::{MockServer, Reply};
+use tablevault_worker::attempt::restore::{RestoreAttempt, RestoreOutcome};
+use tablevault_worker::limiter::AdaptiveLimit;
+use tokio_util::sync::CancellationToken;
+
+fn batch_failure(status: u16, code: &str, index: usize) -> Reply {
+    let body = format!(
+        "--batchresponse_1\r\nContent-Type: multipart/mixed; boundary=changesetresponse_2\r\n\r\n\
+--changesetresponse_2\r\nContent-Type: application/http\r\nContent-Transfer-Encoding: binary\r\n\r\n\
+HTTP/1.1 {status} X\r\nContent-Type: application/json\r\n\r\n\
+{{\"odata.error\":{{\"code\":\"{code}\",\"message\":{{\"lang\":\"en-US\",\"value\":\"{index}:{code}\"}}}}}}\r\n\
+--changesetresponse_2--\r\n--batchresponse_1--\r\n"
+    );
+    Reply::new(202, &[], body)
+}
+
+/// A backup in memory of `entities` (one block), and the commit record naming it.
+async fn backed_up(entities: Vec<Entity>) -> (Store, CommitRecord) {
+    let store = Store::new(Arc::new(MemoryBlobs::new("c")));
+    let mut packer = Packer::new(PackerConfig::new("Src", Compression::Zstd));
+    let mut blocks = Vec::new();
+    for e in entities {
+        blocks.extend(packer.push(e));
+    }
+    blocks.extend(packer.finish());
+    let paths = BackupPaths::new("job1");
+    let mut w = store.block_writer(&paths, "Src", "r0000", "att", Compression::Zstd, 20);
+    for b in blocks {
+        w.add(b).await.unwrap();
+    }
+    let blobs = w.finish().await.unwrap();
+    let commit = CommitRecord {
+        format: FORMAT_VERSION,
+        job: "job1".into(),
+        table: "Src".into(),
+        task: "r0000".into(),
+        attempt: "att".into(),
+        range: KeyRange::all(),
+        entities: blobs.iter().map(|b| b.entities).sum(),
+        raw_bytes: 0,
+        stored_bytes: 0,
+        blobs,
+        started_at: String::new(),
+        finished_at: String::new(),
+        worker: "w".into(),
+    };
+    (store, commit)
+}
+
+fn restore_job(mode: RestoreMode) -> RestoreJob {
+    RestoreJob {
+        protocol: PROTOCOL_VERSION,
+        format: FORMAT_VERSION,
+        restore_id: "rest1".into(),
+        backup_id: "job1".into(),
+        created_at: String::new(),
+        target: AccountRef {
+            account: "devstoreaccount1".into(),
+            table_endpoint: "x".into(),
+        },
+        mode,
+        compression: Compression::Zstd,
+        per_blob_max_bytes: 0,
+        max_attempts: 5,
+        tables: Vec::new(),
+        tool_version: String::new(),
+    }
+}
+
+#[tokio::test]
+async fn every_failure_of_a_batch_is_reported_not_only_the_last() {
+    let a = Entity::new("p", "a").with("V", EdmValue::Int32(1));
+    let b = Entity::new("p", "b").with("V", EdmValue::Int32(2));
+    let (store, commit) = backed_up(vec![a, b]).await;
+    let existing_a = r#"{"value":[{"PartitionKey":"p","RowKey":"a","V":99}]}"#;
+    let server = MockServer::start(vec![
+        // Insert a and b: a exists.
+        batch_failure(409, "EntityAlreadyExists", 0),
+        // The conflict check finds a, with other data.
+        Reply::new(200, &[], existing_a),
+        // Insert b alone: refused for its own reason.
+        batch_failure(400, "PropertyValueTooLarge", 0),
+    ])
+    .await;
+    let account = StorageAccount::from_connection_string(&format!(
+        "DefaultEndpointsProtocol=http;AccountName=devstoreaccount1;AccountKey={EMULATOR_KEY};\
+         TableEndpoint={}",
+        server.endpoint()
+    ))
+    .unwrap();
+    let target = TableClient::new(&account).unwrap();
+    let job = restore_job(RestoreMode::InsertFail);
+    let stats = WorkerStats::default();
+    let attempt = RestoreAttempt {
+        store: &store,
+        backup_id: "job1",
+        job: &job,
+        commit: &commit,
+        target: &target,
+        limiter: &AdaptiveLimit::new(8, 1, 8),
+        target_table: "Dst",
+        task: "r0000-b00000",
+        blob: 0,
+        block: None,
+        lost: CancellationToken::new(),
+        shutdown: CancellationToken::new(),
+        stats: &stats,
+        worker: "w",
+    };
+    let RestoreOutcome::Done(record) = attempt.run().await.unwrap() else {
+        panic!("the attempt finishes");
+    };
+    assert_eq!(record.failed, 2, "{:?}", record.failures);
+    let codes: Vec<_> = record
+        .failures
+        .iter()
+        .map(|f| f.code.clone().unwrap_or_default())
+        .collect();
+    assert_eq!(codes, vec!["Conflict", "PropertyValueTooLarge"]);
+}
