@@ -6,6 +6,8 @@ mod block;
 mod compress;
 mod escape;
 mod packer;
+#[cfg(test)]
+mod properties;
 
 pub use block::{DecodedBlock, decode_block};
 pub use compress::Compression;

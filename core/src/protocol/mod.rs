@@ -7,6 +7,9 @@ pub mod message;
 pub mod records;
 pub mod status;
 
+#[cfg(test)]
+mod fuzz;
+
 pub use ids::{
     DEFAULT_CONTAINER, DEFAULT_QUEUE, PROTOCOL_VERSION, is_valid_backup_id, new_backup_id,
     now_rfc3339, poison_queue_name, worker_identity,
