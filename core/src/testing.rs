@@ -522,3 +522,158 @@ impl TaskQueue for MemoryQueue {
         Ok(self.messages.lock().expect("messages").len() as u64)
     }
 }
+
+/// Kills a process at a chosen protocol step: every storage or queue operation made
+/// through [`CrashingBlobs`] and [`CrashingQueue`] sharing one switch counts as a step,
+/// and from step `at` on each operation hangs forever, as if the process had died just
+/// before it. Tests then abort the hung task and check that whoever comes next finishes
+/// the job exactly.
+#[derive(Debug)]
+pub struct CrashSwitch {
+    at: usize,
+    steps: Mutex<Vec<String>>,
+    crashed: tokio::sync::Notify,
+}
+
+impl CrashSwitch {
+    /// A switch that crashes before step `at` (0-based); `usize::MAX` never crashes.
+    pub fn at(at: usize) -> std::sync::Arc<Self> {
+        std::sync::Arc::new(CrashSwitch {
+            at,
+            steps: Mutex::new(Vec::new()),
+            crashed: tokio::sync::Notify::new(),
+        })
+    }
+
+    /// The steps seen so far, as `operation path`.
+    pub fn steps(&self) -> Vec<String> {
+        self.steps.lock().expect("steps").clone()
+    }
+
+    /// Waits until the crash happened.
+    pub async fn crashed(&self) {
+        let notified = self.crashed.notified();
+        if self.steps.lock().expect("steps").len() > self.at {
+            return;
+        }
+        notified.await;
+    }
+
+    async fn step(&self, op: &str, path: &str) {
+        let n = {
+            let mut steps = self.steps.lock().expect("steps");
+            steps.push(format!("{op} {path}"));
+            steps.len() - 1
+        };
+        if n >= self.at {
+            self.crashed.notify_waiters();
+            std::future::pending::<()>().await;
+        }
+    }
+}
+
+/// Blob storage that dies at its switch's step.
+pub struct CrashingBlobs {
+    /// The storage underneath.
+    pub inner: std::sync::Arc<dyn BlobStorage>,
+    /// The shared switch.
+    pub switch: std::sync::Arc<CrashSwitch>,
+}
+
+#[async_trait]
+impl BlobStorage for CrashingBlobs {
+    fn container(&self) -> &str {
+        self.inner.container()
+    }
+    async fn create_container(&self) -> Result<bool> {
+        self.switch.step("create-container", "").await;
+        self.inner.create_container().await
+    }
+    async fn put_block(&self, blob: &str, block_id: &str, data: Bytes) -> Result<()> {
+        self.switch.step("put-block", blob).await;
+        self.inner.put_block(blob, block_id, data).await
+    }
+    async fn put_block_list(
+        &self,
+        blob: &str,
+        block_ids: &[String],
+        options: &PutOptions,
+    ) -> Result<String> {
+        self.switch.step("put-block-list", blob).await;
+        self.inner.put_block_list(blob, block_ids, options).await
+    }
+    async fn put_blob(&self, blob: &str, data: Bytes, options: &PutOptions) -> Result<String> {
+        self.switch.step("put-blob", blob).await;
+        self.inner.put_blob(blob, data, options).await
+    }
+    async fn get(&self, blob: &str) -> Result<Option<Bytes>> {
+        self.switch.step("get", blob).await;
+        self.inner.get(blob).await
+    }
+    async fn get_range(&self, blob: &str, offset: u64, length: u64) -> Result<Bytes> {
+        self.switch.step("get-range", blob).await;
+        self.inner.get_range(blob, offset, length).await
+    }
+    async fn properties(&self, blob: &str) -> Result<Option<BlobProperties>> {
+        self.switch.step("properties", blob).await;
+        self.inner.properties(blob).await
+    }
+    async fn delete(&self, blob: &str) -> Result<bool> {
+        self.switch.step("delete", blob).await;
+        self.inner.delete(blob).await
+    }
+    async fn delete_if_match(&self, blob: &str, etag: &str) -> Result<bool> {
+        self.switch.step("delete-if-match", blob).await;
+        self.inner.delete_if_match(blob, etag).await
+    }
+    async fn list(&self, prefix: &str, delimiter: Option<&str>) -> Result<ListPage> {
+        self.switch.step("list", prefix).await;
+        self.inner.list(prefix, delimiter).await
+    }
+}
+
+/// A task queue that dies at its switch's step.
+pub struct CrashingQueue {
+    /// The queue underneath.
+    pub inner: std::sync::Arc<dyn TaskQueue>,
+    /// The shared switch.
+    pub switch: std::sync::Arc<CrashSwitch>,
+}
+
+#[async_trait]
+impl TaskQueue for CrashingQueue {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+    async fn create(&self) -> Result<()> {
+        self.switch.step("create-queue", self.inner.name()).await;
+        self.inner.create().await
+    }
+    async fn put(&self, text: &str, visible_after: Option<Duration>) -> Result<()> {
+        self.switch.step("put-message", self.inner.name()).await;
+        self.inner.put(text, visible_after).await
+    }
+    async fn receive(&self, max: u8, visibility: Duration) -> Result<Vec<ReceivedMessage>> {
+        self.switch.step("get-messages", self.inner.name()).await;
+        self.inner.receive(max, visibility).await
+    }
+    async fn update(
+        &self,
+        message_id: &str,
+        pop_receipt: &str,
+        visibility: Duration,
+        new_text: Option<&str>,
+    ) -> Result<String> {
+        self.switch.step("update-message", self.inner.name()).await;
+        self.inner
+            .update(message_id, pop_receipt, visibility, new_text)
+            .await
+    }
+    async fn delete(&self, message_id: &str, pop_receipt: &str) -> Result<()> {
+        self.switch.step("delete-message", self.inner.name()).await;
+        self.inner.delete(message_id, pop_receipt).await
+    }
+    async fn approximate_count(&self) -> Result<u64> {
+        self.inner.approximate_count().await
+    }
+}
