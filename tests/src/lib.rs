@@ -2,6 +2,7 @@
 //! (in memory, on free ports), a scripted mock HTTP server for failures Azurite cannot
 //! produce, and small data helpers.
 
+pub mod fault_proxy;
 pub mod mock_server;
 
 use tablevault_azure::StorageAccount;
