@@ -28,14 +28,21 @@ pub enum ExitCode {
 pub fn outcome_code(outcome: &Outcome) -> ExitCode {
     match outcome {
         Outcome::Backup(r) => match r.status {
-            JobStatus::Incomplete | JobStatus::Failed => ExitCode::Incomplete,
+            JobStatus::Incomplete | JobStatus::Failed | JobStatus::Cancelled => {
+                ExitCode::Incomplete
+            }
+            JobStatus::Mismatch => ExitCode::Mismatch,
             JobStatus::Interrupted => ExitCode::Interrupted,
             JobStatus::Complete | JobStatus::InProgress => ExitCode::Ok,
         },
         Outcome::Restore(r) => match r.status {
             JobStatus::Complete => ExitCode::Ok,
             JobStatus::Interrupted => ExitCode::Interrupted,
-            _ => ExitCode::Incomplete,
+            JobStatus::Mismatch => ExitCode::Mismatch,
+            JobStatus::InProgress => ExitCode::Ok,
+            JobStatus::Incomplete | JobStatus::Failed | JobStatus::Cancelled => {
+                ExitCode::Incomplete
+            }
         },
         Outcome::Verify(r) => match r.status {
             VerifyStatus::Ok => ExitCode::Ok,

@@ -63,7 +63,8 @@ pub fn print_error(e: &Error, code: ExitCode, json: bool) {
 pub fn print_backup(r: &BackupReport) {
     let verb = match r.status {
         JobStatus::Complete => "complete",
-        JobStatus::Incomplete | JobStatus::Failed => "INCOMPLETE",
+        JobStatus::Incomplete | JobStatus::Failed | JobStatus::Cancelled => "INCOMPLETE",
+        JobStatus::Mismatch => "MISMATCH",
         JobStatus::Interrupted => "interrupted",
         JobStatus::InProgress => "in progress",
     };

@@ -184,6 +184,7 @@ pub async fn plan_and_enqueue(req: &RestoreRequest, location: &Location) -> Resu
         per_blob_max_bytes: req.per_blob_max_bytes,
         max_attempts: req.max_attempts.max(1),
         tables,
+        verify: true,
         tool_version: env!("CARGO_PKG_VERSION").to_string(),
     };
     if store

@@ -90,17 +90,44 @@ impl Worker {
             }
         };
         if let Some(only) = &self.config.only_job
-            && &task.job != only
+            && task.owner() != only
         {
-            self.settler
-                .hand_back(&message, &message.pop_receipt, Duration::ZERO)
-                .await;
+            if self.restore_has_ended(&task).await {
+                tracing::info!(restore = task.owner(), "dropping a task of a restore that is not running");
+                let _ = self
+                    .settler
+                    .queue()
+                    .delete(&message.message_id, &message.pop_receipt)
+                    .await;
+            } else {
+                // Another job's: its own workers take it (a little later, so this worker
+                // does not keep claiming it).
+                self.settler
+                    .hand_back(&message, &message.pop_receipt, FOREIGN_TASK_DELAY)
+                    .await;
+            }
             return;
         }
         let span = tracing::info_span!("task", job = %task.job, table = %task.table, task = %task.task, delivery = message.dequeue_count);
         self.handle_task(message, task, shutdown)
             .instrument(span)
             .await;
+    }
+
+    /// Whether the task is a restore's whose state says it is not running (or that has no
+    /// state). Unreadable state counts as running: the owner decides later.
+    async fn restore_has_ended(&self, task: &TaskMessage) -> bool {
+        let TaskKind::Restore { restore, .. } = &task.kind else {
+            return false;
+        };
+        let Ok(store) = self.jobs.store(&task.container) else {
+            return false;
+        };
+        match self.jobs.restore_state(&store, &task.job, restore).await {
+            Ok(Some(state)) => !state.is_live(),
+            Ok(None) => true,
+            Err(_) => false,
+        }
     }
 
     /// Reads what the task refers to; `None` if its job no longer exists.
@@ -198,6 +225,24 @@ impl Worker {
                 return;
             }
         };
+        if let (Work::Restore { job, .. }, TaskKind::Restore { restore, .. }) =
+            (&resolved.work, &task.kind)
+        {
+            match self.jobs.restore_state(&store, &task.job, restore).await {
+                Ok(Some(state)) if state.is_live() => {}
+                Ok(state) => {
+                    let status = state.map_or("not started", |s| s.status.as_str());
+                    tracing::info!(restore = %job.restore_id, status, "the restore is not running; dropping its task (resume re-enqueues what is left)");
+                    let _ = lease.complete().await;
+                    return;
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot read the restore's state; giving the task back");
+                    let _ = lease.release(READ_FAILED_RETRY, None).await;
+                    return;
+                }
+            }
+        }
         match store.exists(&resolved.done).await {
             Ok(true) => {
                 tracing::debug!("task already done; dropping the duplicate message");
@@ -357,6 +402,9 @@ impl Heartbeat {
         self.0.abort();
     }
 }
+
+/// How long a task of another job is hidden after this worker hands it back.
+const FOREIGN_TASK_DELAY: Duration = Duration::from_secs(2);
 
 /// How soon a task whose job files could not be read is tried again.
 const READ_FAILED_RETRY: Duration = Duration::from_secs(5);

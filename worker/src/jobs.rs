@@ -5,13 +5,14 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use serde::de::DeserializeOwned;
 use tablevault_azure::blob::BlobClient;
 use tablevault_azure::table::TableClient;
 use tablevault_azure::{ClientOptions, ConfigError, StorageAccount};
 use tablevault_core::protocol::{
-    AccountRef, BackupJob, CommitRecord, PROTOCOL_VERSION, RestoreJob,
+    AccountRef, BackupJob, CommitRecord, PROTOCOL_VERSION, RestoreJob, RestoreStateRecord,
 };
 use tablevault_core::store::{BackupPaths, Store, StoreError};
 
@@ -20,6 +21,9 @@ use crate::limiter::AdaptiveLimit;
 
 /// Most files of one kind kept; the cache starts over beyond that.
 const CACHE_LIMIT: usize = 256;
+
+/// How long a restore's state is trusted before it is read again.
+const STATE_TTL: Duration = Duration::from_secs(2);
 
 /// Builds the store of a container (the Azure one, or a fake in tests).
 pub type StoreFactory = Arc<dyn Fn(&str) -> Result<Store, ConfigError> + Send + Sync>;
@@ -68,6 +72,7 @@ pub(crate) struct JobFiles {
     backups: Cache<BackupJob>,
     restores: Cache<RestoreJob>,
     commits: Cache<CommitRecord>,
+    restore_states: Mutex<HashMap<String, (Instant, Option<RestoreStateRecord>)>>,
     tables: Mutex<HashMap<String, TableClient>>,
     limiters: Mutex<HashMap<String, Arc<AdaptiveLimit>>>,
     options: ClientOptions,
@@ -81,6 +86,7 @@ impl JobFiles {
             backups: Cache::default(),
             restores: Cache::default(),
             commits: Cache::default(),
+            restore_states: Mutex::new(HashMap::new()),
             tables: Mutex::new(HashMap::new()),
             limiters: Mutex::new(HashMap::new()),
             options,
@@ -124,6 +130,29 @@ impl JobFiles {
             check_protocol(&format!("restore {restore}"), j.protocol)?;
         }
         Ok(job)
+    }
+
+    /// Where a restore stands, read at most once per [`STATE_TTL`]: a cancelled or
+    /// interrupted restore stops being worked on within that time.
+    pub(crate) async fn restore_state(
+        &self,
+        store: &Store,
+        backup: &str,
+        restore: &str,
+    ) -> Result<Option<RestoreStateRecord>, StoreError> {
+        let key = format!("{}/{backup}/{restore}", store.container());
+        if let Some((at, state)) = self.restore_states.lock().expect("states lock").get(&key)
+            && at.elapsed() < STATE_TTL
+        {
+            return Ok(state.clone());
+        }
+        let state = store.restore_state(backup, restore).await?;
+        let mut states = self.restore_states.lock().expect("states lock");
+        if states.len() >= CACHE_LIMIT {
+            states.clear();
+        }
+        states.insert(key, (Instant::now(), state.clone()));
+        Ok(state)
     }
 
     /// A commit record; a missing one is a 404 (the backup data is gone).

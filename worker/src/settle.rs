@@ -67,6 +67,11 @@ impl Settler {
         }
     }
 
+    /// The task queue.
+    pub fn queue(&self) -> &Arc<dyn TaskQueue> {
+        &self.queue
+    }
+
     /// The poison queue.
     pub fn poison_queue(&self) -> &Arc<dyn TaskQueue> {
         &self.poison

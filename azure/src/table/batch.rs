@@ -52,6 +52,60 @@ impl BatchOperation {
     }
 }
 
+/// Whether an entity group transaction carries these keys intact to every parser known to
+/// read them; entities whose keys it does not are written with single-entity requests.
+///
+/// The service reads a change set's sub-request URLs properly. Azurite (checked against
+/// 3.x, `src/table/batch/TableBatchOrchestrator.ts`) instead takes the keys from the
+/// percent-decoded URL with the JavaScript patterns `(?<=PartitionKey=')(.*)(?=',)` and
+/// `(?<=RowKey=')(.+)(?='\))` (flags `gi`), then undoubles quotes; only when a pattern
+/// matches nothing does it read the key from the JSON body. The patterns are greedy,
+/// case-insensitive and stop at line terminators, so some legal keys come out different
+/// (docs/ARCHITECTURE.md, "Emulator divergences"): a RowKey containing `',` or starting
+/// with `,` stretches the PartitionKey, a PartitionKey containing `rowkey='` moves the
+/// RowKey's start, a U+2028 in a key cuts a pattern short. Rather than list the classes,
+/// this runs the emulator's patterns on the URL it would receive and checks both keys
+/// come out as sent.
+pub fn batch_carries_keys(partition_key: &str, row_key: &str) -> bool {
+    let url = format!(
+        "PartitionKey='{}',RowKey='{}')",
+        partition_key.replace('\'', "''"),
+        row_key.replace('\'', "''")
+    );
+    let read_back = |found: Option<&str>, sent: &str| {
+        found.is_none_or(|f| f.replace("''", "'") == sent)
+    };
+    read_back(js_lookaround_match(&url, "partitionkey='", "',", false), partition_key)
+        && read_back(js_lookaround_match(&url, "rowkey='", "')", true), row_key)
+}
+
+/// The first match of the JavaScript pattern `(?<=before)(.*)(?=after)` (`.+` when
+/// `non_empty`) with flags `gi` in `text`: `.` matches anything but a line terminator,
+/// `.*` is greedy, and `i` folds ASCII letters only (`before` is given in lower case).
+fn js_lookaround_match<'a>(
+    text: &'a str,
+    before: &str,
+    after: &str,
+    non_empty: bool,
+) -> Option<&'a str> {
+    let lower = text.to_ascii_lowercase();
+    let mut from = 0;
+    while let Some(i) = lower[from..].find(before) {
+        let start = from + i + before.len();
+        let rest = &text[start..];
+        let line = &rest[..rest
+            .find(['\n', '\r', '\u{2028}', '\u{2029}'])
+            .unwrap_or(rest.len())];
+        if let Some(end) = line.rfind(after)
+            && (end > 0 || !non_empty)
+        {
+            return Some(&line[..end]);
+        }
+        from += i + 1;
+    }
+    None
+}
+
 /// `table(PartitionKey='..',RowKey='..')` with quotes doubled, then percent-encoded.
 pub(crate) fn entity_path(table: &str, partition_key: &str, row_key: &str) -> String {
     format!(
@@ -296,5 +350,33 @@ HTTP/1.1 409 Conflict\r\nContent-Type: application/json;odata=minimalmetadata;st
         assert_eq!(e.code(), Some("InvalidInput"));
         let e = check_response("Batch", b"not multipart at all", 1).unwrap_err();
         assert!(matches!(e, Error::InvalidResponse { .. }), "{e}");
+    }
+
+    #[test]
+    fn keys_the_emulators_batch_parser_misreads_are_kept_out_of_batches() {
+        for (pk, rk) in [
+            ("customer-1", "order-1"),
+            ("O'Brien", "it's"),
+            ("a',b", "x"),
+            ("", ""),
+            ("pk", "')"),
+            ("RowKey", "RowKey="),
+            ("50%+1 ", "(a,b)"),
+            ("a\u{2028}b", "r"),
+            ("p", "r\u{2029}"),
+        ] {
+            assert!(batch_carries_keys(pk, rk), "{pk:?}/{rk:?}");
+        }
+        for (pk, rk) in [
+            ("p", "a',b"),
+            ("p", "',"),
+            ("x RowKey='y", "r"),
+            ("ROWKEY=", "r"),
+            ("rowkey='", "r"),
+            ("", ","),
+            ("p", ",x"),
+        ] {
+            assert!(!batch_carries_keys(pk, rk), "{pk:?}/{rk:?}");
+        }
     }
 }

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use reqwest::Method;
 use serde::Deserialize;
 
-pub use batch::{BatchOperation, MAX_BATCH_BYTES, MAX_BATCH_OPERATIONS};
+pub use batch::{BatchOperation, MAX_BATCH_BYTES, MAX_BATCH_OPERATIONS, batch_carries_keys};
 pub use entity::{EdmType, EdmValue, Entity, EntityDecodeError, format_double, parse_double};
 pub use filter::{Cmp, Filter, literal, string_literal};
 pub use pages::Pages;

@@ -52,6 +52,15 @@ pub struct TaskMessage {
 }
 
 impl TaskMessage {
+    /// The id of the job the task belongs to: the restore's id for a restore task, the
+    /// backup's otherwise.
+    pub fn owner(&self) -> &str {
+        match &self.kind {
+            TaskKind::Restore { restore, .. } => restore,
+            TaskKind::Backup { .. } => &self.job,
+        }
+    }
+
     /// The queue text.
     pub fn encode(&self) -> String {
         BASE64.encode(serde_json::to_vec(self).expect("task messages serialize"))

@@ -6,6 +6,7 @@ use serde::{Deserialize, Serialize};
 
 use tablevault_azure::{ConfigError, Service, StorageAccount};
 
+use super::JobStatus;
 use crate::format::Compression;
 use crate::keys::{EntityKey, KeyRange};
 
@@ -115,6 +116,9 @@ pub enum RestoreMode {
     InsertSkip,
     /// Insert only; an existing entity that differs from the backup is a failure.
     InsertFail,
+    /// Make each table exactly the backup: upsert every entity, then delete the entities
+    /// the backup does not hold. Never the default.
+    Replace,
 }
 
 impl RestoreMode {
@@ -125,6 +129,7 @@ impl RestoreMode {
             RestoreMode::Merge => "merge",
             RestoreMode::InsertSkip => "insert-skip",
             RestoreMode::InsertFail => "insert-fail",
+            RestoreMode::Replace => "replace",
         }
     }
 }
@@ -137,8 +142,9 @@ impl std::str::FromStr for RestoreMode {
             "merge" => Ok(RestoreMode::Merge),
             "insert-skip" => Ok(RestoreMode::InsertSkip),
             "insert-fail" => Ok(RestoreMode::InsertFail),
+            "replace" => Ok(RestoreMode::Replace),
             other => Err(format!(
-                "unknown mode {other:?} (upsert, merge, insert-skip or insert-fail)"
+                "unknown mode {other:?} (upsert, merge, insert-skip, insert-fail or replace)"
             )),
         }
     }
@@ -183,8 +189,48 @@ pub struct RestoreJob {
     pub max_attempts: u64,
     /// Tables.
     pub tables: Vec<RestoreTable>,
+    /// Whether the target is read back and compared with the backup at the end.
+    #[serde(default = "default_true")]
+    pub verify: bool,
     /// Version of the tablevault that planned it.
     pub tool_version: String,
+}
+
+fn default_true() -> bool {
+    true
+}
+
+/// `restores/<restore>/state.json`: where a restore stands, as the last command that
+/// acted on it recorded. Workers run a restore's tasks only while it is `in-progress`, so
+/// an interrupted, cancelled or finished restore writes nothing more.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RestoreStateRecord {
+    /// The state.
+    pub status: JobStatus,
+    /// When it was recorded.
+    pub at: String,
+    /// Which process recorded it (host and pid).
+    pub by: String,
+    /// Why, for people reading it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+}
+
+impl RestoreStateRecord {
+    /// A state recorded now by this process.
+    pub fn now(status: JobStatus, note: Option<String>) -> Self {
+        RestoreStateRecord {
+            status,
+            at: super::now_rfc3339(),
+            by: super::worker_identity(),
+            note,
+        }
+    }
+
+    /// Whether workers may run the restore's tasks.
+    pub fn is_live(&self) -> bool {
+        self.status == JobStatus::InProgress
+    }
 }
 
 /// A batch that could not be written, with everything needed to act on it.

@@ -20,6 +20,10 @@ pub enum JobStatus {
     Failed,
     /// The command watching the job was stopped; the job can be resumed.
     Interrupted,
+    /// A restore was cancelled: its remaining tasks are dropped, it cannot be resumed.
+    Cancelled,
+    /// A restore wrote everything, but reading the target back did not give the backup.
+    Mismatch,
 }
 
 impl JobStatus {
@@ -31,7 +35,14 @@ impl JobStatus {
             JobStatus::Incomplete => "incomplete",
             JobStatus::Failed => "failed",
             JobStatus::Interrupted => "interrupted",
+            JobStatus::Cancelled => "cancelled",
+            JobStatus::Mismatch => "mismatch",
         }
+    }
+
+    /// Whether the job has ended for good (nothing more will happen to it).
+    pub fn is_final(self) -> bool {
+        !matches!(self, JobStatus::InProgress | JobStatus::Interrupted)
     }
 }
 
@@ -60,6 +71,8 @@ mod tests {
             JobStatus::Incomplete,
             JobStatus::Failed,
             JobStatus::Interrupted,
+            JobStatus::Cancelled,
+            JobStatus::Mismatch,
         ] {
             assert_eq!(serde_json::to_value(s).unwrap(), s.as_str());
         }

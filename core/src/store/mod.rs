@@ -22,7 +22,9 @@ pub use storage::BlobStorage;
 pub use writer::BlockWriter;
 
 use crate::format::{Compression, DecodedBlock};
-use crate::protocol::{BackupJob, BlockRecord, CommitRecord, Manifest, RestoreJob};
+use crate::protocol::{
+    BackupJob, BlockRecord, CommitRecord, Manifest, RestoreJob, RestoreStateRecord,
+};
 
 /// Why something under a backup could not be read or written.
 #[derive(Debug, thiserror::Error)]
@@ -259,6 +261,28 @@ impl Store {
     /// A restore's plan; `None` if there is no such restore.
     pub async fn restore_job(&self, backup: &str, restore: &str) -> Result<Option<RestoreJob>> {
         self.read(&BackupPaths::new(backup).restore_job(restore))
+            .await
+    }
+
+    /// Where a restore stands; `None` if nothing was recorded (a restore whose planning
+    /// stopped before its tasks were enqueued).
+    pub async fn restore_state(
+        &self,
+        backup: &str,
+        restore: &str,
+    ) -> Result<Option<RestoreStateRecord>> {
+        self.read(&BackupPaths::new(backup).restore_state(restore))
+            .await
+    }
+
+    /// Records where a restore stands.
+    pub async fn set_restore_state(
+        &self,
+        backup: &str,
+        restore: &str,
+        state: &RestoreStateRecord,
+    ) -> Result<()> {
+        self.overwrite(&BackupPaths::new(backup).restore_state(restore), state)
             .await
     }
 

@@ -89,6 +89,11 @@ impl BackupPaths {
         format!("{}/restores/{restore}/job.json", self.id)
     }
 
+    /// `<id>/restores/<restore>/state.json`: whether the restore is live.
+    pub fn restore_state(&self, restore: &str) -> String {
+        format!("{}/restores/{restore}/state.json", self.id)
+    }
+
     /// `<id>/restores/<restore>/done/`.
     pub fn restore_done_root(&self, restore: &str) -> String {
         format!("{}/restores/{restore}/done/", self.id)

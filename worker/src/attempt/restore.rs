@@ -9,7 +9,9 @@ use std::sync::Arc;
 
 use futures::StreamExt;
 use tablevault_azure::Error;
-use tablevault_azure::table::{BatchOperation, Cmp, Entity, Filter, Query, TableClient};
+use tablevault_azure::table::{
+    BatchOperation, Cmp, Entity, Filter, Query, TableClient, batch_carries_keys,
+};
 use tablevault_core::keys::EntityKey;
 use tablevault_core::protocol::{
     BatchFailure, CommitRecord, RestoreJob, RestoreMode, RestoreRecord, now_rfc3339,
@@ -221,15 +223,90 @@ impl RestoreAttempt<'_> {
         batch
             .into_iter()
             .map(|e| match self.job.mode {
-                RestoreMode::Upsert => BatchOperation::InsertOrReplace(e),
+                RestoreMode::Upsert | RestoreMode::Replace => BatchOperation::InsertOrReplace(e),
                 RestoreMode::Merge => BatchOperation::InsertOrMerge(e),
                 RestoreMode::InsertSkip | RestoreMode::InsertFail => BatchOperation::Insert(e),
             })
             .collect()
     }
 
-    /// Writes one batch, resolving insert conflicts, retrying what can be retried.
+    /// Writes one batch of the backup: as one entity group transaction, except entities
+    /// whose keys a change set cannot carry intact ([`batch_carries_keys`]), which go one
+    /// request each.
     async fn write_batch(&self, batch: Vec<Entity>) -> Result<BatchResult, TaskError> {
+        let (grouped, single): (Vec<Entity>, Vec<Entity>) = batch
+            .into_iter()
+            .partition(|e| batch_carries_keys(&e.partition_key, &e.row_key));
+        let mut result = self.write_group(grouped).await?;
+        for entity in single {
+            self.write_single(entity, &mut result).await?;
+        }
+        Ok(result)
+    }
+
+    /// Writes one entity with a single-entity request in the job's mode.
+    async fn write_single(&self, entity: Entity, result: &mut BatchResult) -> Result<(), TaskError> {
+        self.check_stop()?;
+        let table = self.target_table;
+        let guard = self.limiter.acquire().await;
+        let written = match self.job.mode {
+            RestoreMode::Upsert | RestoreMode::Replace => {
+                self.target.upsert_entity(table, &entity, false).await
+            }
+            RestoreMode::Merge => self.target.upsert_entity(table, &entity, true).await,
+            RestoreMode::InsertSkip | RestoreMode::InsertFail => {
+                self.target.insert_entity(table, &entity).await
+            }
+        };
+        let k = key(&entity);
+        match written {
+            Ok(()) => {
+                guard.success();
+                result.written += 1;
+                WorkerStats::add(&self.stats.entities, 1);
+            }
+            Err(e) if e.has_code("EntityAlreadyExists") => {
+                drop(guard);
+                let current = self
+                    .target
+                    .get_entity(table, &entity.partition_key, &entity.row_key)
+                    .await?;
+                match current {
+                    None => {
+                        return Err(TaskError::Transient(format!(
+                            "entity {k} conflicted on insert and then vanished; will retry"
+                        )));
+                    }
+                    Some(c) if c.same_data(&entity) => result.identical += 1,
+                    Some(_) if self.job.mode == RestoreMode::InsertSkip => result.skipped += 1,
+                    Some(_) => result.failures.push(BatchFailure {
+                        message: format!(
+                            "entity {k} already exists in {table} with different data (insert-fail mode)"
+                        ),
+                        keys: vec![k],
+                        status: 409,
+                        code: Some("Conflict".into()),
+                    }),
+                }
+            }
+            Err(e) if is_batch_specific(&e) => {
+                drop(guard);
+                tracing::warn!(entity = %k, error = %e, "an entity cannot be restored; recording it");
+                result.failures.push(BatchFailure {
+                    message: format!("entity {k}: {e}"),
+                    keys: vec![k],
+                    status: e.status().unwrap_or(0),
+                    code: e.code().map(str::to_string),
+                });
+            }
+            Err(e) => return Err(e.into()),
+        }
+        Ok(())
+    }
+
+    /// Writes entities of one partition as one change set, resolving insert conflicts,
+    /// retrying what can be retried.
+    async fn write_group(&self, batch: Vec<Entity>) -> Result<BatchResult, TaskError> {
         self.check_stop()?;
         let mut result = BatchResult::default();
         let mut ops = self.operations(batch);
