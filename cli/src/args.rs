@@ -60,13 +60,20 @@ impl Cli {
 pub enum Command {
     /// Back up tables: plan ranges, enqueue tasks, run or watch workers, write the manifest.
     Backup(BackupArgs),
-    /// Show a backup's state; with --wait, take it over and see it to the end.
+    /// Show a backup's or a restore's state; with --wait, take a backup over and see it
+    /// to the end.
     Status(StatusArgs),
-    /// List the backups in the container.
+    /// List the backups in the container and their restores.
     List(ListArgs),
     /// Restore tables from a complete backup: into the original tables, renamed tables,
-    /// or another account.
+    /// or another account. Prints the target first; asks before writing into tables that
+    /// hold entities (--yes to skip); reads the result back and compares it with the
+    /// backup (--no-verify to skip). --dry-run shows the plan and changes nothing.
     Restore(RestoreArgs),
+    /// Carry on an interrupted restore (or backup) from what was committed.
+    Resume(ResumeArgs),
+    /// Cancel a restore: its queued tasks are dropped, what was written stays.
+    Cancel(CancelArgs),
     /// Check a backup block by block; with --against, compare it with live tables.
     Verify(VerifyArgs),
 }
@@ -79,6 +86,8 @@ impl Command {
             Command::Status(a) => a.output.json,
             Command::List(a) => a.output.json,
             Command::Restore(a) => a.output.json,
+            Command::Resume(a) => a.output.json,
+            Command::Cancel(a) => a.output.json,
             Command::Verify(a) => a.output.json,
         }
     }
@@ -225,7 +234,7 @@ pub struct BackupArgs {
 /// `tablevault status`.
 #[derive(Args, Debug)]
 pub struct StatusArgs {
-    /// The backup id (see `tablevault list`).
+    /// A backup id or a restore id (see `tablevault list`).
     pub backup_id: String,
     #[command(flatten)]
     pub store: StoreArgs,
@@ -266,9 +275,20 @@ pub struct RestoreArgs {
     pub selection: SelectionArgs,
     /// How restored entities meet existing ones: upsert replaces them (safe to repeat),
     /// merge keeps their other properties, insert-skip leaves them alone, insert-fail
-    /// reports those that differ as failures.
+    /// reports those that differ as failures, replace makes each table exactly the backup
+    /// (upsert, then delete every entity the backup does not hold; see --dry-run first).
     #[arg(long, default_value = "upsert", value_parser = parse_mode)]
     pub mode: RestoreMode,
+    /// Show what the restore would do (target, tables, counts of entities that would be
+    /// written, overwritten and deleted) and change nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Write into target tables that already hold entities without asking.
+    #[arg(long, short = 'y')]
+    pub yes: bool,
+    /// Do not read the target back and compare it with the backup after writing.
+    #[arg(long)]
+    pub no_verify: bool,
     /// Workers to run in this process; 0 only plans and watches while
     /// `tablevault-worker --target …` daemons do the work.
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u16).range(0..=1024))]
@@ -282,6 +302,45 @@ pub struct RestoreArgs {
     pub max_attempts: u64,
     #[command(flatten)]
     pub wait_for: WaitArgs,
+    #[command(flatten)]
+    pub output: OutputArgs,
+}
+
+/// `tablevault resume`.
+#[derive(Args, Debug)]
+pub struct ResumeArgs {
+    /// The restore id (or a backup id: then the same as `status ID --wait`).
+    pub id: String,
+    #[command(flatten)]
+    pub store: StoreArgs,
+    /// Connection string of the restore's target account (the backup's source account
+    /// for a backup).
+    #[arg(
+        long,
+        env = "TABLEVAULT_TARGET",
+        hide_env_values = true,
+        value_name = "CONN"
+    )]
+    pub target: Option<String>,
+    /// For a backup: the source account, for in-process workers.
+    #[command(flatten)]
+    pub source: SourceArgs,
+    /// Workers to run in this process; 0 only watches while daemons do the work.
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u16).range(0..=1024))]
+    pub workers: u16,
+    #[command(flatten)]
+    pub wait_for: WaitArgs,
+    #[command(flatten)]
+    pub output: OutputArgs,
+}
+
+/// `tablevault cancel`.
+#[derive(Args, Debug)]
+pub struct CancelArgs {
+    /// The restore id (see `tablevault list`).
+    pub restore_id: String,
+    #[command(flatten)]
+    pub store: StoreArgs,
     #[command(flatten)]
     pub output: OutputArgs,
 }

@@ -5,18 +5,22 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tablevault_azure::StorageAccount;
+use tablevault_coordinator::Location;
 use tablevault_coordinator::backup::{BackupRequest, StatusOptions, default_ranges};
-use tablevault_coordinator::listing::ListEntry;
+use tablevault_coordinator::listing::{ListEntry, RestoreListEntry};
 use tablevault_coordinator::report::{BackupReport, RestoreReport};
-use tablevault_coordinator::restore::RestoreRequest;
+use tablevault_coordinator::restore::{self, RestorePlan, RestoreRequest};
 use tablevault_coordinator::selection::parse_renames;
 use tablevault_coordinator::verify::{VerifyReport, VerifyRequest};
 use tablevault_coordinator::{Error, Result, WatchOptions};
+use tablevault_core::protocol::{AccountRef, RestoreMode};
 use tablevault_worker::AccountSet;
 use tablevault_worker::process::{SOURCE, TARGET};
 use tokio_util::sync::CancellationToken;
 
-use crate::args::{AGAINST, BackupArgs, Command, ListArgs, RestoreArgs, StatusArgs, VerifyArgs};
+use crate::args::{
+    AGAINST, BackupArgs, Command, ListArgs, RestoreArgs, ResumeArgs, StatusArgs, VerifyArgs,
+};
 use crate::local_workers::InProcessWorkers;
 use crate::progress::ProgressBar;
 
@@ -25,8 +29,12 @@ use crate::progress::ProgressBar;
 pub enum Outcome {
     /// `backup` and `status`.
     Backup(BackupReport),
-    /// `restore`.
+    /// `restore`, `resume`, `cancel`, and `status` of a restore.
     Restore(RestoreReport),
+    /// `status` of a restore: where it stands, not how this command ended.
+    RestoreStatus(RestoreReport),
+    /// `restore --dry-run`.
+    RestorePlan(RestorePlan),
     /// `verify`.
     Verify(VerifyReport),
     /// `list`.
@@ -35,6 +43,8 @@ pub enum Outcome {
         container: String,
         /// Its backups.
         backups: Vec<ListEntry>,
+        /// Their restores.
+        restores: Vec<RestoreListEntry>,
     },
 }
 
@@ -42,9 +52,16 @@ pub enum Outcome {
 pub async fn run(command: Command, shutdown: &CancellationToken) -> Result<Outcome> {
     match command {
         Command::Backup(a) => backup(a, shutdown).await.map(Outcome::Backup),
-        Command::Status(a) => status(a, shutdown).await.map(Outcome::Backup),
+        Command::Status(a) => status(a, shutdown).await,
         Command::List(a) => list(a, shutdown).await,
-        Command::Restore(a) => restore(a, shutdown).await.map(Outcome::Restore),
+        Command::Restore(a) => restore(a, shutdown).await,
+        Command::Resume(a) => resume(a, shutdown).await,
+        Command::Cancel(a) => {
+            let location = a.store.location(shutdown)?;
+            tablevault_coordinator::restore::cancel(&location, &a.restore_id)
+                .await
+                .map(Outcome::Restore)
+        }
         Command::Verify(a) => verify(a, shutdown).await.map(Outcome::Verify),
     }
 }
@@ -103,8 +120,34 @@ async fn backup(a: BackupArgs, shutdown: &CancellationToken) -> Result<BackupRep
     tablevault_coordinator::backup::run_backup(&req, &location, &opts).await
 }
 
-async fn status(a: StatusArgs, shutdown: &CancellationToken) -> Result<BackupReport> {
+/// Whether `id` names a backup (rather than a restore) in the location's container.
+async fn is_backup(location: &Location, id: &str) -> Result<bool> {
+    Ok(tablevault_core::protocol::is_valid_backup_id(id)
+        && location.store()?.backup_job(id).await?.is_some())
+}
+
+async fn status(a: StatusArgs, shutdown: &CancellationToken) -> Result<Outcome> {
     let location = a.store.location(shutdown)?;
+    if !is_backup(&location, &a.backup_id).await? {
+        let store = location.store()?;
+        let job = restore::find_restore(&store, &a.backup_id)
+            .await
+            .map_err(|_| {
+                Error::invalid(format!(
+                    "no backup or restore {:?} in container {:?} (see `tablevault list`)",
+                    a.backup_id, location.container
+                ))
+            })?;
+        if a.wait || a.retry_poisoned {
+            return Err(Error::invalid(format!(
+                "{} is a restore: carry it on with `tablevault resume {}`",
+                a.backup_id, a.backup_id
+            )));
+        }
+        return restore::status(&location, &job)
+            .await
+            .map(Outcome::RestoreStatus);
+    }
     let accounts = if a.workers > 0 {
         vec![StorageAccount::resolve(a.source.source.as_deref(), SOURCE)?]
     } else {
@@ -123,10 +166,12 @@ async fn status(a: StatusArgs, shutdown: &CancellationToken) -> Result<BackupRep
         wait: a.wait,
         retry_poisoned: a.retry_poisoned,
     };
-    tablevault_coordinator::backup::status(&location, &a.backup_id, what, &opts).await
+    tablevault_coordinator::backup::status(&location, &a.backup_id, what, &opts)
+        .await
+        .map(Outcome::Backup)
 }
 
-async fn restore(a: RestoreArgs, shutdown: &CancellationToken) -> Result<RestoreReport> {
+async fn restore(a: RestoreArgs, shutdown: &CancellationToken) -> Result<Outcome> {
     let location = a.store.location(shutdown)?;
     let target = StorageAccount::resolve(a.target.as_deref(), TARGET)?;
     let mut req = RestoreRequest::new(&a.backup_id, target.clone());
@@ -135,6 +180,28 @@ async fn restore(a: RestoreArgs, shutdown: &CancellationToken) -> Result<Restore
     req.mode = a.mode;
     req.per_blob_max_bytes = a.per_blob_max_bytes;
     req.max_attempts = a.max_attempts;
+    req.verify = !a.no_verify;
+    if a.dry_run {
+        return restore::preview(&req, &location)
+            .await
+            .map(Outcome::RestorePlan);
+    }
+    let endpoint = AccountRef::of(&target)?;
+    if !a.output.json {
+        eprintln!(
+            "restoring backup {} into account {} ({}), mode {}",
+            a.backup_id,
+            endpoint.account,
+            endpoint.table_endpoint,
+            a.mode.as_str()
+        );
+    }
+    if !a.yes {
+        let occupied = restore::non_empty_targets(&req, &location).await?;
+        if !occupied.is_empty() {
+            confirm(&occupied, &endpoint, a.mode)?;
+        }
+    }
     let mut opts = watch_options(
         "restore",
         a.workers as usize,
@@ -144,7 +211,94 @@ async fn restore(a: RestoreArgs, shutdown: &CancellationToken) -> Result<Restore
         shutdown,
     );
     opts.stall_timeout = Duration::from_secs(a.wait_for.stall_timeout);
-    tablevault_coordinator::restore::run_restore(&req, &location, &opts).await
+    restore::run_restore(&req, &location, &opts)
+        .await
+        .map(Outcome::Restore)
+}
+
+/// Asks on the terminal before writing into tables that hold entities; refuses without a
+/// terminal (scripts pass --yes).
+fn confirm(tables: &[String], target: &AccountRef, mode: RestoreMode) -> Result<()> {
+    use std::io::{BufRead, IsTerminal, Write};
+    let effect = match mode {
+        RestoreMode::Upsert => {
+            "entities with the backup's keys are replaced by the backup's version"
+        }
+        RestoreMode::Merge => {
+            "entities with the backup's keys get the backup's properties merged in"
+        }
+        RestoreMode::InsertSkip | RestoreMode::InsertFail => {
+            "existing entities are left alone; missing ones are inserted"
+        }
+        RestoreMode::Replace => {
+            "each table becomes exactly the backup: entities the backup does not hold are DELETED"
+        }
+    };
+    let what = format!(
+        "table(s) {} in account {} ({}) already hold entities; mode {}: {effect}",
+        tables.join(", "),
+        target.account,
+        target.table_endpoint,
+        mode.as_str()
+    );
+    if !std::io::stdin().is_terminal() || !std::io::stderr().is_terminal() {
+        return Err(Error::invalid(format!(
+            "{what}. Pass --yes to go ahead (see --dry-run for what would change)"
+        )));
+    }
+    eprint!("{what}.\nRestore into them? [y/N] ");
+    let _ = std::io::stderr().flush();
+    let mut answer = String::new();
+    std::io::stdin()
+        .lock()
+        .read_line(&mut answer)
+        .map_err(|e| Error::invalid(format!("cannot read the answer: {e}")))?;
+    if matches!(answer.trim().to_ascii_lowercase().as_str(), "y" | "yes") {
+        Ok(())
+    } else {
+        Err(Error::invalid("restore not confirmed; nothing was written"))
+    }
+}
+
+async fn resume(a: ResumeArgs, shutdown: &CancellationToken) -> Result<Outcome> {
+    let location = a.store.location(shutdown)?;
+    let visibility = Duration::from_secs(60);
+    if is_backup(&location, &a.id).await? {
+        let accounts = if a.workers > 0 {
+            vec![StorageAccount::resolve(a.source.source.as_deref(), SOURCE)?]
+        } else {
+            Vec::new()
+        };
+        let mut opts = watch_options(
+            "backup",
+            a.workers as usize,
+            accounts,
+            visibility,
+            a.output.json,
+            shutdown,
+        );
+        opts.stall_timeout = Duration::from_secs(a.wait_for.stall_timeout);
+        let what = StatusOptions {
+            wait: true,
+            retry_poisoned: false,
+        };
+        return tablevault_coordinator::backup::status(&location, &a.id, what, &opts)
+            .await
+            .map(Outcome::Backup);
+    }
+    let target = StorageAccount::resolve(a.target.as_deref(), TARGET)?;
+    let mut opts = watch_options(
+        "restore",
+        a.workers as usize,
+        vec![target.clone()],
+        visibility,
+        a.output.json,
+        shutdown,
+    );
+    opts.stall_timeout = Duration::from_secs(a.wait_for.stall_timeout);
+    restore::resume(&location, &a.id, &target, &opts)
+        .await
+        .map(Outcome::Restore)
 }
 
 async fn verify(a: VerifyArgs, shutdown: &CancellationToken) -> Result<VerifyReport> {
@@ -164,9 +318,12 @@ async fn verify(a: VerifyArgs, shutdown: &CancellationToken) -> Result<VerifyRep
 
 async fn list(a: ListArgs, shutdown: &CancellationToken) -> Result<Outcome> {
     let location = a.store.location(shutdown)?;
-    let backups = tablevault_coordinator::listing::list(&location.store()?).await?;
+    let store = location.store()?;
+    let backups = tablevault_coordinator::listing::list(&store).await?;
+    let restores = tablevault_coordinator::listing::list_restores(&store).await?;
     Ok(Outcome::List {
         container: location.container,
         backups,
+        restores,
     })
 }

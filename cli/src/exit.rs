@@ -48,7 +48,14 @@ pub fn outcome_code(outcome: &Outcome) -> ExitCode {
             VerifyStatus::Ok => ExitCode::Ok,
             VerifyStatus::Mismatch => ExitCode::Mismatch,
         },
-        Outcome::List { .. } => ExitCode::Ok,
+        Outcome::RestoreStatus(r) => match r.status {
+            JobStatus::Incomplete | JobStatus::Failed | JobStatus::Cancelled => {
+                ExitCode::Incomplete
+            }
+            JobStatus::Mismatch => ExitCode::Mismatch,
+            JobStatus::Complete | JobStatus::InProgress | JobStatus::Interrupted => ExitCode::Ok,
+        },
+        Outcome::List { .. } | Outcome::RestorePlan(_) => ExitCode::Ok,
     }
 }
 

@@ -4,8 +4,9 @@
 use serde::Serialize;
 use tablevault_coordinator::Error;
 use tablevault_coordinator::report::{BackupReport, RestoreReport};
+use tablevault_coordinator::restore::RestorePlan;
 use tablevault_coordinator::verify::{VerifyReport, VerifyStatus};
-use tablevault_core::protocol::JobStatus;
+use tablevault_core::protocol::{JobStatus, RestoreMode};
 
 use crate::commands::Outcome;
 use crate::exit::ExitCode;
@@ -23,14 +24,32 @@ pub fn print_outcome(outcome: &Outcome, json: bool) {
     match (outcome, json) {
         (Outcome::Backup(r), true) => print_json(r),
         (Outcome::Backup(r), false) => print_backup(r),
-        (Outcome::Restore(r), true) => print_json(r),
-        (Outcome::Restore(r), false) => print_restore(r),
+        (Outcome::Restore(r) | Outcome::RestoreStatus(r), true) => print_json(r),
+        (Outcome::Restore(r) | Outcome::RestoreStatus(r), false) => print_restore(r),
         (Outcome::Verify(r), true) => print_json(r),
         (Outcome::Verify(r), false) => print_verify(r),
-        (Outcome::List { container, backups }, true) => {
-            print_json(&serde_json::json!({ "container": container, "backups": backups }))
-        }
-        (Outcome::List { container, backups }, false) => {
+        (Outcome::RestorePlan(p), true) => print_json(p),
+        (Outcome::RestorePlan(p), false) => print_restore_plan(p),
+        (
+            Outcome::List {
+                container,
+                backups,
+                restores,
+            },
+            true,
+        ) => print_json(&serde_json::json!({
+            "container": container,
+            "backups": backups,
+            "restores": restores,
+        })),
+        (
+            Outcome::List {
+                container,
+                backups,
+                restores,
+            },
+            false,
+        ) => {
             if backups.is_empty() {
                 println!("no backups in container {container:?}");
             }
@@ -46,7 +65,68 @@ pub fn print_outcome(outcome: &Outcome, json: bool) {
                         .unwrap_or_default()
                 );
             }
+            if !restores.is_empty() {
+                println!("restores:");
+            }
+            for r in restores {
+                println!(
+                    "{}  {:<11}  of {} into {} ({}): {}, {} entities",
+                    r.restore_id,
+                    r.status.as_str(),
+                    r.backup_id,
+                    r.target_account,
+                    r.mode.as_str(),
+                    r.tables.join(", "),
+                    r.entities
+                );
+            }
         }
+    }
+}
+
+/// The human form of `restore --dry-run`.
+pub fn print_restore_plan(p: &RestorePlan) {
+    println!(
+        "dry run: restore of backup {} (taken {} from account {}) into account {} ({}), mode {}{}",
+        p.backup_id,
+        p.backup_created_at,
+        p.source_account,
+        p.target_account,
+        p.target_endpoint,
+        p.mode.as_str(),
+        if p.verify {
+            ", verified after writing"
+        } else {
+            ", not verified (--no-verify)"
+        }
+    );
+    println!(
+        "  {} entities in {} blocks, {} tasks; nothing was written",
+        p.entities, p.blocks, p.tasks
+    );
+    let different = match p.mode {
+        RestoreMode::Upsert | RestoreMode::Replace => "overwritten",
+        RestoreMode::Merge => "merged",
+        RestoreMode::InsertSkip => "left alone (differ)",
+        RestoreMode::InsertFail => "would FAIL (differ)",
+    };
+    for t in &p.tables {
+        println!(
+            "  {} -> {}{}: {} entities: {} new, {} {different}, {} already identical; {} in the target not in the backup{}",
+            t.source,
+            t.target,
+            if t.exists { "" } else { " (new table)" },
+            t.entities,
+            t.new,
+            t.different,
+            t.unchanged,
+            t.extra,
+            if p.mode == RestoreMode::Replace {
+                format!(", {} would be DELETED", t.would_delete)
+            } else {
+                " (kept)".to_string()
+            }
+        );
     }
 }
 
@@ -121,14 +201,17 @@ fn counted(n: u64, what: &str) -> String {
 /// The human summary of a restore.
 pub fn print_restore(r: &RestoreReport) {
     println!(
-        "restore {} of backup {} ({}): {}, {} entities written in {:.1} s ({:.0} entities/s)",
+        "restore {} of backup {} into account {} ({}), mode {}: {}, {} entities written in {:.1} s ({:.0} entities/s){}",
         r.restore_id,
         r.backup_id,
+        r.target_account,
+        r.target_endpoint,
         r.mode.as_str(),
         r.status,
         r.written,
         r.duration_seconds,
-        r.entities_per_second
+        r.entities_per_second,
+        counted(r.deleted, "deleted (not in the backup)"),
     );
     for t in &r.tables {
         println!(
@@ -161,6 +244,51 @@ pub fn print_restore(r: &RestoreReport) {
     }
     for p in &r.poisoned {
         print_poisoned(p);
+    }
+    match &r.verification {
+        Some(v) => {
+            println!(
+                "  verified in {:.1} s: {}",
+                v.duration_seconds,
+                if v.ok {
+                    "the target holds what the backup holds"
+                } else {
+                    "MISMATCH"
+                }
+            );
+            for t in &v.tables {
+                let c = &t.counts;
+                println!(
+                    "    {}: {} of {} backed-up entities match, {} missing, {} different; {} in the target not in the backup",
+                    t.target, c.matching, c.backup, c.missing, c.different, c.extra
+                );
+                for d in t.differences.iter().filter(|d| d.kind != "extra").take(20) {
+                    println!(
+                        "    {} {}{}",
+                        d.kind.as_str().to_uppercase(),
+                        d.key,
+                        if d.properties.is_empty() {
+                            String::new()
+                        } else {
+                            format!(": {}", d.properties.join(", "))
+                        }
+                    );
+                }
+            }
+        }
+        None if r.status == JobStatus::Complete => println!("  not verified (--no-verify)"),
+        None => {}
+    }
+    match r.status {
+        JobStatus::Interrupted | JobStatus::InProgress => println!(
+            "  resume with `tablevault resume {}`, or end it with `tablevault cancel {}`",
+            r.restore_id, r.restore_id
+        ),
+        JobStatus::Incomplete => println!(
+            "  fix the cause, then `tablevault resume {}` retries what was not written",
+            r.restore_id
+        ),
+        _ => {}
     }
 }
 

@@ -231,7 +231,7 @@ async fn backup_status_and_list_with_json_output() {
         &[("TABLEVAULT_BACKUP", &conn)],
     );
     assert_eq!(o.status.code(), Some(2));
-    assert!(text(&o).contains("not found"), "{}", text(&o));
+    assert!(text(&o).contains("no backup or restore"), "{}", text(&o));
 }
 
 /// A connection string whose every endpoint is `endpoint`.
@@ -314,4 +314,271 @@ async fn a_hung_endpoint_fails_within_the_deadline_naming_the_host() {
     assert!(took < std::time::Duration::from_secs(4), "{took:?}");
     let host = server.endpoint().split('/').nth(2).unwrap().to_string();
     assert!(out.contains(&host) && out.contains("List Blobs"), "{out}");
+}
+
+async fn count(client: &TableClient, table: &str) -> usize {
+    tablevault_tests::scan_all(client, table).await.len()
+}
+
+fn parse(o: &Output) -> serde_json::Value {
+    serde_json::from_slice(&o.stdout)
+        .unwrap_or_else(|e| panic!("stdout is not one JSON object ({e}): {}", text(o)))
+}
+
+/// Restore A is stopped (Ctrl-C, or killed outright), then restore B of the same backup
+/// runs to another table: A's table must not change while B runs (B's workers leave A's
+/// tasks alone), B must be exact, and A must resume to exact.
+async fn interrupted_restore_stays_stopped(sig: &str) {
+    let env = TestEnv::start().await;
+    let conn = env.connection_string();
+    let client = TableClient::new(&env.account).unwrap();
+    let table = unique_table("src");
+    load_sample(&client, &table, 8_000, 16, 4).await.unwrap();
+    let source = tablevault_tests::scan_all(&client, &table).await;
+    let container = unique_lower("c");
+    let vars = [
+        ("TABLEVAULT_SOURCE", conn.as_str()),
+        ("TABLEVAULT_BACKUP", conn.as_str()),
+        ("TABLEVAULT_TARGET", conn.as_str()),
+    ];
+    let o = tablevault(
+        &[
+            "backup",
+            "--tables",
+            &table,
+            "--container",
+            &container,
+            "--block-size",
+            "65536",
+            "--blocks-per-blob",
+            "1",
+            "--json",
+        ],
+        &vars,
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let backup = parse(&o)["backup_id"].as_str().unwrap().to_string();
+
+    let (ta, tb) = (unique_table("ta"), unique_table("tb"));
+    let restore_into = |target: &str| {
+        vec![
+            "restore".to_string(),
+            backup.clone(),
+            "--container".into(),
+            container.clone(),
+            "--rename".into(),
+            format!("{table}={target}"),
+            "--per-blob-max-bytes".into(),
+            "0".into(),
+            "--yes".into(),
+            "--json".into(),
+        ]
+    };
+    let args_a = restore_into(&ta);
+    let args_a: Vec<&str> = args_a.iter().map(String::as_str).collect();
+    let mut a_args = args_a.clone();
+    a_args.extend(["--workers", "1"]);
+    let child = spawn_tablevault(&a_args, &vars);
+    // Stop A once it has written something, well before it is done.
+    let started = std::time::Instant::now();
+    while !client.table_exists(&ta).await.unwrap() || count(&client, &ta).await == 0 {
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(60),
+            "A never wrote"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    signal(&child, sig);
+    let (code, _, out) = wait_at_most(child, std::time::Duration::from_secs(10));
+    if sig == "-INT" {
+        assert_eq!(code, Some(130), "{out}");
+    }
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    let a_stopped_at = count(&client, &ta).await;
+    assert!(
+        a_stopped_at < source.len(),
+        "A finished before it was stopped"
+    );
+
+    let o = tablevault(
+        &restore_into(&tb)
+            .iter()
+            .map(String::as_str)
+            .collect::<Vec<_>>(),
+        &vars,
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let b = parse(&o);
+    assert_eq!(b["status"], "complete");
+    assert_eq!(b["verification"]["ok"], true, "{b}");
+    assert_eq!(b["target_account"], "devstoreaccount1");
+    let restored_b = tablevault_tests::scan_all(&client, &tb).await;
+    assert_eq!(restored_b.len(), source.len());
+    assert!(restored_b.iter().zip(&source).all(|(x, y)| x.same_data(y)));
+    assert_eq!(
+        count(&client, &ta).await,
+        a_stopped_at,
+        "restore A's table changed while restore B ran"
+    );
+
+    // A is listed with its state, and resumes to exact.
+    let o = tablevault(&["list", "--container", &container, "--json"], &vars);
+    let listed = parse(&o);
+    let a = listed["restores"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["tables"][0].as_str().unwrap().ends_with(&ta))
+        .expect("restore A is listed")
+        .clone();
+    let expected = if sig == "-INT" {
+        "interrupted"
+    } else {
+        "in-progress"
+    };
+    assert_eq!(a["status"], expected, "{listed}");
+    let a_id = a["restore_id"].as_str().unwrap();
+    let o = tablevault(
+        &["status", a_id, "--container", &container, "--json"],
+        &vars,
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert_eq!(parse(&o)["status"], expected);
+
+    let o = tablevault(
+        &["resume", a_id, "--container", &container, "--json"],
+        &vars,
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let resumed = parse(&o);
+    assert_eq!(resumed["status"], "complete", "{resumed}");
+    assert_eq!(resumed["verification"]["ok"], true);
+    let restored_a = tablevault_tests::scan_all(&client, &ta).await;
+    assert_eq!(restored_a.len(), source.len());
+    assert!(restored_a.iter().zip(&source).all(|(x, y)| x.same_data(y)));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_restore_stopped_by_ctrl_c_stays_stopped_and_resumes() {
+    interrupted_restore_stays_stopped("-INT").await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_killed_restore_stays_stopped_and_resumes() {
+    interrupted_restore_stays_stopped("-KILL").await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn restore_safety_dry_run_confirmation_cancel_and_bad_ids() {
+    let env = TestEnv::start().await;
+    let conn = env.connection_string();
+    let client = TableClient::new(&env.account).unwrap();
+    let table = unique_table("src");
+    load_sample(&client, &table, 300, 3, 2).await.unwrap();
+    let container = unique_lower("c");
+    let vars = [
+        ("TABLEVAULT_SOURCE", conn.as_str()),
+        ("TABLEVAULT_BACKUP", conn.as_str()),
+        ("TABLEVAULT_TARGET", conn.as_str()),
+    ];
+    let o = tablevault(
+        &[
+            "backup",
+            "--tables",
+            &table,
+            "--container",
+            &container,
+            "--json",
+        ],
+        &vars,
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let backup = parse(&o)["backup_id"].as_str().unwrap().to_string();
+    // The live table drifted: one entity more than the backup.
+    client
+        .insert_entity(&table, &tablevault_azure::table::Entity::new("zz", "extra"))
+        .await
+        .unwrap();
+
+    // Dry run of replace: shows the target and the delete count, writes nothing.
+    let o = tablevault(
+        &[
+            "restore",
+            &backup,
+            "--container",
+            &container,
+            "--mode",
+            "replace",
+            "--dry-run",
+            "--json",
+        ],
+        &vars,
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let plan = parse(&o);
+    assert_eq!(plan["target_account"], "devstoreaccount1");
+    assert_eq!(plan["mode"], "replace");
+    assert_eq!(plan["tables"][0]["would_delete"], 1, "{plan}");
+    assert_eq!(plan["tables"][0]["unchanged"], 300);
+    assert_eq!(plan["entities"], 300);
+    assert_eq!(
+        count(&client, &table).await,
+        301,
+        "a dry run changes nothing"
+    );
+    let o = tablevault(
+        &["restore", &backup, "--container", &container, "--dry-run"],
+        &vars,
+    );
+    assert!(text(&o).contains("devstoreaccount1"), "{}", text(&o));
+
+    // Into a table that holds entities, without a terminal: refused unless --yes.
+    let o = tablevault(
+        &[
+            "restore",
+            &backup,
+            "--container",
+            &container,
+            "--mode",
+            "replace",
+        ],
+        &vars,
+    );
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(text(&o).contains("--yes"), "{}", text(&o));
+    assert_eq!(count(&client, &table).await, 301);
+    let o = tablevault(
+        &[
+            "restore",
+            &backup,
+            "--container",
+            &container,
+            "--mode",
+            "replace",
+            "--yes",
+            "--json",
+        ],
+        &vars,
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let r = parse(&o);
+    assert_eq!(
+        (r["status"].as_str(), r["deleted"].as_u64()),
+        (Some("complete"), Some(1))
+    );
+    assert_eq!(count(&client, &table).await, 300);
+    let rid = r["restore_id"].as_str().unwrap().to_string();
+
+    // A finished restore cannot be cancelled or resumed into another account.
+    let o = tablevault(&["cancel", &rid, "--container", &container], &vars);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    // Unknown ids say so.
+    let o = tablevault(
+        &["status", "20990101T000000Z-0000", "--container", &container],
+        &vars,
+    );
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(text(&o).contains("no backup or restore"), "{}", text(&o));
+    let o = tablevault(&["resume", "nonsense!", "--container", &container], &vars);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
 }

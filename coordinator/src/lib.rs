@@ -8,6 +8,7 @@
 //! exit codes is the command line's business.
 
 pub mod backup;
+pub mod compare;
 mod enqueue;
 pub mod error;
 pub mod listing;

@@ -1,7 +1,8 @@
-//! `tablevault list`: the backups in a container, oldest first, with their state.
+//! `tablevault list`: the backups in a container and their restores, oldest first, with
+//! their state.
 
 use serde::Serialize;
-use tablevault_core::protocol::{JobStatus, is_valid_backup_id};
+use tablevault_core::protocol::{JobStatus, RestoreMode, is_valid_backup_id};
 use tablevault_core::store::{BackupPaths, Store, StoreError};
 
 use crate::Result;
@@ -61,5 +62,65 @@ pub async fn list(store: &Store) -> Result<Vec<ListEntry>> {
             entities: manifest.map(|m| m.entities),
         });
     }
+    Ok(out)
+}
+
+/// One restore in the list.
+#[derive(Debug, Clone, Serialize)]
+pub struct RestoreListEntry {
+    /// Restore id.
+    pub restore_id: String,
+    /// The backup it restores.
+    pub backup_id: String,
+    /// When it was planned.
+    pub created_at: String,
+    /// Where it stands.
+    pub status: JobStatus,
+    /// Mode.
+    pub mode: RestoreMode,
+    /// Account written to.
+    pub target_account: String,
+    /// `source -> target` per table.
+    pub tables: Vec<String>,
+    /// Entities the backup holds for those tables.
+    pub entities: u64,
+}
+
+/// Lists the restores of the container's backups, oldest first.
+pub async fn list_restores(store: &Store) -> Result<Vec<RestoreListEntry>> {
+    let ids = match store.list_dirs("").await {
+        Ok(ids) => ids,
+        Err(StoreError::Storage(e)) if e.has_code("ContainerNotFound") => return Ok(Vec::new()),
+        Err(e) => return Err(e.into()),
+    };
+    let mut out = Vec::new();
+    for backup in ids.iter().filter(|id| is_valid_backup_id(id)) {
+        let root = BackupPaths::new(backup).restores_root();
+        for rid in store.list_dirs(&root).await? {
+            let rid = rid.trim_start_matches(&root).to_string();
+            let Ok(Some(job)) = store.restore_job(backup, &rid).await else {
+                continue;
+            };
+            let status = store
+                .restore_state(backup, &rid)
+                .await?
+                .map_or(JobStatus::Interrupted, |s| s.status);
+            out.push(RestoreListEntry {
+                restore_id: rid,
+                backup_id: backup.clone(),
+                created_at: job.created_at.clone(),
+                status,
+                mode: job.mode,
+                target_account: job.target.account.clone(),
+                tables: job
+                    .tables
+                    .iter()
+                    .map(|t| format!("{} -> {}", t.source, t.target))
+                    .collect(),
+                entities: job.tables.iter().map(|t| t.entities).sum(),
+            });
+        }
+    }
+    out.sort_by(|a, b| a.created_at.cmp(&b.created_at));
     Ok(out)
 }

@@ -62,6 +62,15 @@ impl Location {
     }
 
     /// The task queue.
+    /// The same location with requests that Ctrl-C does not cancel and a short deadline:
+    /// for recording, after an interruption, that the job was interrupted.
+    pub fn uncancellable(&self) -> Location {
+        let mut l = self.clone();
+        l.client_options.cancel = None;
+        l.client_options.deadline = std::time::Duration::from_secs(10);
+        l
+    }
+
     pub fn task_queue(&self) -> Result<Arc<dyn TaskQueue>> {
         if let Some(b) = &self.backends {
             return Ok(b.queue.clone());

@@ -21,7 +21,7 @@ pub struct TableReport {
 }
 
 /// A poisoned task, as reported.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
 pub struct PoisonReport {
     /// Table.
     pub table: String,
@@ -94,7 +94,7 @@ impl BackupReport {
 }
 
 /// Per-table outcome of a restore.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
 pub struct RestoreTableReport {
     /// Table in the backup.
     pub source: String,
@@ -117,7 +117,7 @@ pub struct RestoreTableReport {
 }
 
 /// A failed batch, as reported.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
 pub struct FailureReport {
     /// Target table.
     pub table: String,
@@ -134,16 +134,31 @@ pub struct FailureReport {
 }
 
 /// The outcome of `restore`.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
 pub struct RestoreReport {
     /// Restore id.
     pub restore_id: String,
     /// Backup id.
     pub backup_id: String,
-    /// `complete`, `failed` (failed batches or poisoned tasks) or `interrupted`.
+    /// `complete`, `incomplete` (failed batches or poisoned tasks), `mismatch` (the
+    /// target read back differs from the backup), `interrupted`, `cancelled` or
+    /// `in-progress`.
     pub status: JobStatus,
     /// Mode.
     pub mode: RestoreMode,
+    /// Account written to.
+    pub target_account: String,
+    /// Its Table endpoint.
+    pub target_endpoint: String,
+    /// When the restore was planned.
+    pub created_at: String,
+    /// Entities the backup's selected tables hold.
+    pub entities: u64,
+    /// Entities deleted because the backup does not hold them (`replace`).
+    pub deleted: u64,
+    /// The check of the target after writing: `None` when it did not run (`--no-verify`,
+    /// or the restore did not write everything).
+    pub verification: Option<RestoreVerification>,
     /// Per table.
     pub tables: Vec<RestoreTableReport>,
     /// Entities written in all tables.
@@ -158,6 +173,17 @@ pub struct RestoreReport {
     pub entities_per_second: f64,
     /// Peak resident memory of this process (Linux).
     pub peak_rss_bytes: Option<u64>,
+}
+
+/// What reading the restored tables back found.
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
+pub struct RestoreVerification {
+    /// Whether the target holds what the backup holds, as the mode promises.
+    pub ok: bool,
+    /// Per table: counts and the first differences, with their keys.
+    pub tables: Vec<crate::compare::TableComparison>,
+    /// Wall time of the check.
+    pub duration_seconds: f64,
 }
 
 impl RestoreReport {

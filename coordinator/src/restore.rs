@@ -1,25 +1,32 @@
-//! The restore control plane: read a complete backup's manifest, create the target
-//! tables, enqueue one task per block (or per blob when the blob is small), watch the
-//! tasks' records appear, and report per-table counts and every batch that could not be
-//! written.
+//! The restore control plane. A restore is a job of its own: an id, a plan
+//! (`restores/<id>/job.json`) and a state (`restores/<id>/state.json`) that workers check
+//! before running any of its tasks, so only a live restore writes. Planning reads a
+//! complete backup's manifest, creates the target tables and enqueues one task per block
+//! (or per blob when the blob is small); the watch sees the tasks' records appear; then
+//! `replace` deletes what the backup does not hold and the target is read back and
+//! compared with the backup. `resume` re-enqueues what was not done, `cancel` ends it.
 
 use std::time::Instant;
 
 use async_trait::async_trait;
 use futures::StreamExt;
+use serde::Serialize;
 use tablevault_azure::StorageAccount;
 use tablevault_azure::table::TableClient;
 use tablevault_core::format::FORMAT_VERSION;
 use tablevault_core::protocol::{
     AccountRef, CommitRecord, JobStatus, Manifest, PROTOCOL_VERSION, RestoreJob, RestoreMode,
-    RestoreRecord, RestoreTable, TaskKind, TaskMessage, new_backup_id, now_rfc3339,
+    RestoreRecord, RestoreStateRecord, RestoreTable, TaskKind, TaskMessage, is_valid_backup_id,
+    new_backup_id, now_rfc3339,
 };
 use tablevault_core::stats::WorkerStats;
 use tablevault_core::store::{BackupPaths, CreateOutcome, Store};
 
+use crate::compare::{CompareOptions, Equality, compare_tables};
 use crate::location::Location;
 use crate::report::{
-    FailureReport, PoisonReport, RestoreReport, RestoreTableReport, peak_rss_bytes,
+    FailureReport, PoisonReport, RestoreReport, RestoreTableReport, RestoreVerification,
+    peak_rss_bytes,
 };
 use crate::state::{RestoreState, load_job};
 use crate::watch::{Snapshot, WatchOptions, Watched, watch as watch_job};
@@ -46,6 +53,8 @@ pub struct RestoreRequest {
     pub per_blob_max_bytes: u64,
     /// Deliveries after which a task is poisoned.
     pub max_attempts: u64,
+    /// Read the target back and compare it with the backup at the end.
+    pub verify: bool,
 }
 
 impl RestoreRequest {
@@ -59,6 +68,7 @@ impl RestoreRequest {
             mode: RestoreMode::Upsert,
             per_blob_max_bytes: DEFAULT_PER_BLOB_MAX_BYTES,
             max_attempts: 5,
+            verify: true,
         }
     }
 }
@@ -124,67 +134,120 @@ fn tasks_for(
     out
 }
 
-/// Plans a restore: checks the backup, creates the target tables, writes the restore's
-/// job file and enqueues its tasks. Returns the job.
-pub async fn plan_and_enqueue(req: &RestoreRequest, location: &Location) -> Result<RestoreJob> {
-    let store = location.store()?;
-    let manifest = load_complete_manifest(&store, &req.backup_id).await?;
-    let pairs = crate::selection::select(&manifest, req.tables.as_deref(), &req.renames)?;
-    let tables_client = TableClient::with_options(&req.target, &location.client_options)?;
-    for (_, t) in &pairs {
-        tables_client.create_table(t).await?;
-    }
-    let restore_id = new_backup_id();
-    let paths = BackupPaths::new(&req.backup_id);
+/// Every task of a restore, in key order per table (derived from the backup's commit
+/// records, so a resumed restore re-creates exactly the tasks its plan had).
+async fn all_tasks(
+    store: &Store,
+    location: &Location,
+    manifest: &Manifest,
+    job_id: &str,
+    backup_id: &str,
+    pairs: &[(String, String)],
+    per_blob_max_bytes: u64,
+) -> Result<Vec<(usize, TaskMessage)>> {
     let mut tasks = Vec::new();
-    let mut tables = Vec::new();
-    for (source, target_table) in &pairs {
+    for (i, (source, target_table)) in pairs.iter().enumerate() {
         let mt = manifest
             .tables
             .iter()
             .find(|t| &t.name == source)
-            .expect("selected from the manifest");
+            .ok_or_else(|| {
+                Error::invalid(format!("table {source} is not in backup {backup_id}"))
+            })?;
         let commits: Vec<Result<CommitRecord>> = futures::stream::iter(&mt.ranges)
-            .map(|r| {
-                let store = &store;
-                async move { Ok(store.commit_record(&r.commit).await?) }
-            })
+            .map(|r| async move { Ok(store.commit_record(&r.commit).await?) })
             .buffered(16)
             .collect()
             .await;
-        let mut count = 0u64;
         for c in commits {
-            let t = tasks_for(
-                &restore_id,
-                &location.container,
-                &req.backup_id,
-                (source, target_table),
-                &c?,
-                req.per_blob_max_bytes,
+            tasks.extend(
+                tasks_for(
+                    job_id,
+                    &location.container,
+                    backup_id,
+                    (source, target_table),
+                    &c?,
+                    per_blob_max_bytes,
+                )
+                .into_iter()
+                .map(|t| (i, t)),
             );
-            count += t.len() as u64;
-            tasks.extend(t);
         }
-        tables.push(RestoreTable {
+    }
+    Ok(tasks)
+}
+
+/// Creates a target table, naming the account when the credentials may not.
+async fn create_target_table(client: &TableClient, target: &AccountRef, table: &str) -> Result<()> {
+    client.create_table(table).await.map(|_| ()).map_err(|e| {
+        let context = if matches!(e.status(), Some(401 | 403)) {
+            format!(
+                "the credentials for the target account {} ({}) cannot create or write table {table}",
+                target.account, target.table_endpoint
+            )
+        } else {
+            format!(
+                "creating table {table} in the target account {} ({})",
+                target.account, target.table_endpoint
+            )
+        };
+        Error::Step {
+            context,
+            source: Box::new(Error::Storage(e)),
+        }
+    })
+}
+
+/// Plans a restore: checks the backup, creates the target tables, writes the restore's
+/// plan and state, and enqueues its tasks. Returns the job.
+pub async fn plan_and_enqueue(req: &RestoreRequest, location: &Location) -> Result<RestoreJob> {
+    let store = location.store()?;
+    let manifest = load_complete_manifest(&store, &req.backup_id).await?;
+    let pairs = crate::selection::select(&manifest, req.tables.as_deref(), &req.renames)?;
+    let target = AccountRef::of(&req.target)?;
+    let tables_client = TableClient::with_options(&req.target, &location.client_options)?;
+    for (_, t) in &pairs {
+        create_target_table(&tables_client, &target, t).await?;
+    }
+    let restore_id = new_backup_id();
+    let paths = BackupPaths::new(&req.backup_id);
+    let tasks = all_tasks(
+        &store,
+        location,
+        &manifest,
+        &restore_id,
+        &req.backup_id,
+        &pairs,
+        req.per_blob_max_bytes,
+    )
+    .await?;
+    let tables = pairs
+        .iter()
+        .enumerate()
+        .map(|(i, (source, target_table))| RestoreTable {
             source: source.clone(),
             target: target_table.clone(),
-            entities: mt.entities,
-            tasks: count,
-        });
-    }
+            entities: manifest
+                .tables
+                .iter()
+                .find(|t| &t.name == source)
+                .map_or(0, |t| t.entities),
+            tasks: tasks.iter().filter(|(t, _)| *t == i).count() as u64,
+        })
+        .collect();
     let job = RestoreJob {
         protocol: PROTOCOL_VERSION,
         format: manifest.format,
         restore_id: restore_id.clone(),
         backup_id: req.backup_id.clone(),
         created_at: now_rfc3339(),
-        target: AccountRef::of(&req.target)?,
+        target,
         mode: req.mode,
         compression: manifest.compression,
         per_blob_max_bytes: req.per_blob_max_bytes,
         max_attempts: req.max_attempts.max(1),
         tables,
-        verify: true,
+        verify: req.verify,
         tool_version: env!("CARGO_PKG_VERSION").to_string(),
     };
     if store
@@ -196,28 +259,51 @@ pub async fn plan_and_enqueue(req: &RestoreRequest, location: &Location) -> Resu
             "restore id {restore_id} is already taken"
         )));
     }
+    // Live before its first task is on the queue: workers drop tasks of restores that are not.
+    set_state(&store, &job, JobStatus::InProgress, None).await?;
     let queue = location.task_queue()?;
     queue.create().await?;
     // Shuffled, so workers write to different partitions at once.
     let next = format!(
-        "restore {restore_id} of backup {} cannot be completed; run the restore again",
+        "restore {restore_id} of backup {} cannot be completed; run `tablevault resume {restore_id}`",
         req.backup_id
     );
-    crate::enqueue::enqueue_shuffled(&queue, tasks, &next).await?;
+    crate::enqueue::enqueue_shuffled(&queue, tasks.into_iter().map(|(_, t)| t).collect(), &next)
+        .await?;
     Ok(job)
 }
 
+async fn set_state(
+    store: &Store,
+    job: &RestoreJob,
+    status: JobStatus,
+    note: Option<String>,
+) -> Result<()> {
+    let state = RestoreStateRecord::now(status, note);
+    Ok(store
+        .set_restore_state(&job.backup_id, &job.restore_id, &state)
+        .await?)
+}
+
 /// A restore as the watch loop sees it.
-struct RestoreWatch(RestoreState);
+struct RestoreWatch {
+    state: RestoreState,
+    /// Set when another command cancelled the restore.
+    cancelled: bool,
+}
 
 #[async_trait]
 impl Watched for RestoreWatch {
     async fn refresh(&mut self, store: &Store) -> Result<()> {
-        Ok(self.0.records.refresh(store).await?)
+        let job = &self.state.job;
+        if let Some(s) = store.restore_state(&job.backup_id, &job.restore_id).await? {
+            self.cancelled = s.status == JobStatus::Cancelled;
+        }
+        Ok(self.state.records.refresh(store).await?)
     }
 
     fn snapshot(&self, live: Option<&WorkerStats>) -> Snapshot {
-        let s = &self.0;
+        let s = &self.state;
         Snapshot {
             tasks_done: s.records.done.len() as u64,
             tasks_total: s.task_count(),
@@ -230,23 +316,27 @@ impl Watched for RestoreWatch {
     }
 
     fn records_seen(&self) -> usize {
-        self.0.records.done.len() + self.0.records.poisoned.len()
+        self.state.records.done.len() + self.state.records.poisoned.len()
     }
 
     fn heartbeats_root(&self) -> String {
-        BackupPaths::new(&self.0.job.backup_id).restore_heartbeats_root(&self.0.job.restore_id)
+        let job = &self.state.job;
+        BackupPaths::new(&job.backup_id).restore_heartbeats_root(&job.restore_id)
     }
 
     fn resume_hint(&self) -> String {
-        "run the restore again (upsert is idempotent)".into()
+        format!("run `tablevault resume {}`", self.state.job.restore_id)
     }
 
     fn settled(&mut self) -> Result<Option<JobStatus>> {
-        Ok(self.0.is_settled().then(|| {
-            if self.0.is_clean() {
+        if self.cancelled {
+            return Ok(Some(JobStatus::Cancelled));
+        }
+        Ok(self.state.is_settled().then(|| {
+            if self.state.is_clean() {
                 JobStatus::Complete
             } else {
-                JobStatus::Failed
+                JobStatus::Incomplete
             }
         }))
     }
@@ -299,6 +389,12 @@ fn report(state: &RestoreState, status: JobStatus) -> RestoreReport {
         backup_id: job.backup_id.clone(),
         status,
         mode: job.mode,
+        target_account: job.target.account.clone(),
+        target_endpoint: job.target.table_endpoint.clone(),
+        created_at: job.created_at.clone(),
+        entities: tables.iter().map(|t| t.entities).sum(),
+        deleted: 0,
+        verification: None,
         written: tables.iter().map(|t| t.written).sum(),
         tables,
         failures,
@@ -309,29 +405,196 @@ fn report(state: &RestoreState, status: JobStatus) -> RestoreReport {
     }
 }
 
-/// Watches a planned restore to the end and reports it (also writing the report next
-/// to the restore's job file).
+/// Watches a planned restore until its tasks settle, then finishes it: `replace` deletes
+/// what the backup does not hold, the target is read back and compared with the backup
+/// (when the job asks for it), and the state and report are written. Interrupted (Ctrl-C),
+/// the restore is recorded as such and stops being worked on; `resume` carries it on.
 pub async fn watch(
     location: &Location,
     job: &RestoreJob,
+    target: &StorageAccount,
     opts: &WatchOptions,
 ) -> Result<RestoreReport> {
     let started = Instant::now();
     let store = location.store()?;
-    let mut w = RestoreWatch(RestoreState::new(job.clone()));
-    let status = watch_job(location, &job.backup_id, &mut w, opts).await?;
-    let mut report = report(&w.0, status);
-    report.timed(started.elapsed().as_secs_f64());
-    if status != JobStatus::Interrupted {
-        let path = BackupPaths::new(&job.backup_id).restore_report(&job.restore_id);
-        if let Err(e) = store.overwrite(&path, &report).await {
-            tracing::warn!(error = %e, "could not write the restore report");
+    let mut w = RestoreWatch {
+        state: RestoreState::new(job.clone()),
+        cancelled: false,
+    };
+    let watched = watch_job(location, &job.restore_id, &mut w, opts).await;
+    let status = match watched {
+        Ok(s) => s,
+        Err(e) => {
+            if opts.shutdown.is_cancelled() {
+                record_interrupted(location, job).await;
+            }
+            return Err(e);
         }
+    };
+    let mut report = report(&w.state, status);
+    match status {
+        JobStatus::Interrupted => {
+            record_interrupted(location, job).await;
+            report.timed(started.elapsed().as_secs_f64());
+            return Ok(report);
+        }
+        JobStatus::Cancelled => {
+            report.timed(started.elapsed().as_secs_f64());
+            return Ok(report);
+        }
+        JobStatus::Complete => {
+            if let Err(e) = finish_writing(location, job, target, &mut report).await {
+                if opts.shutdown.is_cancelled() {
+                    record_interrupted(location, job).await;
+                }
+                return Err(e);
+            }
+        }
+        _ => {}
+    }
+    report.timed(started.elapsed().as_secs_f64());
+    // A cancel that came in meanwhile stands.
+    let cancelled = matches!(
+        store.restore_state(&job.backup_id, &job.restore_id).await?,
+        Some(s) if s.status == JobStatus::Cancelled
+    );
+    if cancelled {
+        report.status = JobStatus::Cancelled;
+    } else {
+        set_state(&store, job, report.status, None).await?;
+    }
+    let path = BackupPaths::new(&job.backup_id).restore_report(&job.restore_id);
+    if let Err(e) = store.overwrite(&path, &report).await {
+        tracing::warn!(error = %e, "could not write the restore report");
     }
     Ok(report)
 }
 
-/// `tablevault restore`: plan, enqueue, watch.
+/// Records that a restore was interrupted, unless it was cancelled meanwhile; works after
+/// Ctrl-C (its requests are not cancelled).
+async fn record_interrupted(location: &Location, job: &RestoreJob) {
+    let Ok(store) = location.uncancellable().store() else {
+        return;
+    };
+    if let Ok(Some(s)) = store.restore_state(&job.backup_id, &job.restore_id).await
+        && s.status.is_final()
+    {
+        return;
+    }
+    let note = Some(format!(
+        "resume with `tablevault resume {}`",
+        job.restore_id
+    ));
+    if let Err(e) = set_state(&store, job, JobStatus::Interrupted, note).await {
+        tracing::warn!(error = %e, "could not record that the restore was interrupted");
+    }
+}
+
+/// After every task wrote its entities: deletes extras (`replace`) and checks the target.
+async fn finish_writing(
+    location: &Location,
+    job: &RestoreJob,
+    target: &StorageAccount,
+    report: &mut RestoreReport,
+) -> Result<()> {
+    if job.mode != RestoreMode::Replace && !job.verify {
+        return Ok(());
+    }
+    let store = location.store()?;
+    let manifest = load_complete_manifest(&store, &job.backup_id).await?;
+    let client = TableClient::with_options(target, &location.client_options)?;
+    let pairs: Vec<(String, String)> = job
+        .tables
+        .iter()
+        .map(|t| (t.source.clone(), t.target.clone()))
+        .collect();
+    if job.mode == RestoreMode::Replace {
+        let pruned = compare_tables(
+            &store,
+            &manifest,
+            &pairs,
+            &client,
+            CompareOptions {
+                equality: Equality::Exact,
+                delete_extras: true,
+            },
+        )
+        .await?;
+        report.deleted = pruned.iter().map(|t| t.counts.deleted).sum();
+        tracing::info!(
+            deleted = report.deleted,
+            "deleted the entities the backup does not hold"
+        );
+    }
+    if !job.verify {
+        return Ok(());
+    }
+    let verification = check_target(location, job, target, report).await?;
+    if !verification.ok {
+        report.status = JobStatus::Mismatch;
+    }
+    report.verification = Some(verification);
+    Ok(())
+}
+
+/// Reads a restore's target tables back and compares them with the backup, as the
+/// restore's mode promises: every backed-up entity present and equal (only its own
+/// properties for `merge`; entities `report` says were left alone or failed may differ),
+/// and for `replace` nothing else. Extras are always counted.
+pub async fn check_target(
+    location: &Location,
+    job: &RestoreJob,
+    target: &StorageAccount,
+    report: &RestoreReport,
+) -> Result<RestoreVerification> {
+    let started = Instant::now();
+    let store = location.store()?;
+    let manifest = load_complete_manifest(&store, &job.backup_id).await?;
+    let client = TableClient::with_options(target, &location.client_options)?;
+    let pairs: Vec<(String, String)> = job
+        .tables
+        .iter()
+        .map(|t| (t.source.clone(), t.target.clone()))
+        .collect();
+    let equality = if job.mode == RestoreMode::Merge {
+        Equality::BackupPropertiesOnly
+    } else {
+        Equality::Exact
+    };
+    let tables = compare_tables(
+        &store,
+        &manifest,
+        &pairs,
+        &client,
+        CompareOptions {
+            equality,
+            delete_extras: false,
+        },
+    )
+    .await?;
+    let ok = tables.iter().all(|t| {
+        let left_alone: u64 = report
+            .tables
+            .iter()
+            .filter(|r| r.target == t.target)
+            .map(|r| r.skipped + r.failed)
+            .sum();
+        let c = &t.counts;
+        c.missing == 0
+            && c.different <= left_alone
+            && (job.mode != RestoreMode::Replace || c.extra == 0)
+    });
+    if !ok {
+        tracing::error!(restore = %job.restore_id, "the target read back differs from the backup");
+    }
+    Ok(RestoreVerification {
+        ok,
+        tables,
+        duration_seconds: started.elapsed().as_secs_f64(),
+    })
+}
+
+/// `tablevault restore`: plan, enqueue, watch, check.
 pub async fn run_restore(
     req: &RestoreRequest,
     location: &Location,
@@ -340,7 +603,313 @@ pub async fn run_restore(
     let started = Instant::now();
     let job = plan_and_enqueue(req, location).await?;
     tracing::info!(restore_id = %job.restore_id, tasks = job.tables.iter().map(|t| t.tasks).sum::<u64>(), "restore planned");
-    let mut report = watch(location, &job, opts).await?;
+    let mut report = watch(location, &job, &req.target, opts).await?;
     report.timed(started.elapsed().as_secs_f64());
     Ok(report)
+}
+
+/// Finds a restore by id among the container's backups.
+pub async fn find_restore(store: &Store, restore_id: &str) -> Result<RestoreJob> {
+    if !is_valid_backup_id(restore_id) {
+        return Err(Error::invalid(format!(
+            "{restore_id:?} is not a restore id"
+        )));
+    }
+    let backups = store.list_dirs("").await?;
+    let found: Vec<Option<RestoreJob>> = futures::stream::iter(backups)
+        .filter(|b| std::future::ready(is_valid_backup_id(b)))
+        .map(|b| async move { store.restore_job(&b, restore_id).await })
+        .buffer_unordered(16)
+        .collect::<Vec<_>>()
+        .await
+        .into_iter()
+        .collect::<std::result::Result<_, _>>()?;
+    found.into_iter().flatten().next().ok_or_else(|| {
+        Error::invalid(format!(
+            "restore {restore_id} not found in container {:?} (see `tablevault list`)",
+            store.container()
+        ))
+    })
+}
+
+/// Where a restore stands and what it did so far (`status`).
+pub async fn status(location: &Location, job: &RestoreJob) -> Result<RestoreReport> {
+    let store = location.store()?;
+    let paths = BackupPaths::new(&job.backup_id);
+    if let Some(r) = store
+        .read::<RestoreReport>(&paths.restore_report(&job.restore_id))
+        .await
+        .ok()
+        .flatten()
+    {
+        // A finished restore's report; the state may have changed since (cancel).
+        let mut r = r;
+        if let Some(s) = store.restore_state(&job.backup_id, &job.restore_id).await? {
+            r.status = s.status;
+        }
+        return Ok(r);
+    }
+    let mut state = RestoreState::new(job.clone());
+    state.records.refresh(&store).await?;
+    let status = store
+        .restore_state(&job.backup_id, &job.restore_id)
+        .await?
+        .map_or(JobStatus::Interrupted, |s| s.status);
+    Ok(report(&state, status))
+}
+
+/// `tablevault resume`: carries an interrupted (or orphaned) restore on from what was
+/// committed: marks it live again, re-enqueues every task without a done record (a
+/// poisoned one gets another chance), and watches it to the end.
+pub async fn resume(
+    location: &Location,
+    restore_id: &str,
+    target: &StorageAccount,
+    opts: &WatchOptions,
+) -> Result<RestoreReport> {
+    let started = Instant::now();
+    let store = location.store()?;
+    let job = find_restore(&store, restore_id).await?;
+    let named = AccountRef::of(target)?;
+    if named != job.target {
+        return Err(Error::invalid(format!(
+            "restore {restore_id} writes to account {} ({}); the target given is {} ({})",
+            job.target.account, job.target.table_endpoint, named.account, named.table_endpoint
+        )));
+    }
+    match store.restore_state(&job.backup_id, restore_id).await? {
+        Some(s) if s.status == JobStatus::Cancelled => {
+            return Err(Error::invalid(format!(
+                "restore {restore_id} was cancelled ({}); start a new restore of backup {}",
+                s.at, job.backup_id
+            )));
+        }
+        Some(s) if s.status == JobStatus::Complete => {
+            return status(location, &job).await;
+        }
+        _ => {}
+    }
+    let manifest = load_complete_manifest(&store, &job.backup_id).await?;
+    let pairs: Vec<(String, String)> = job
+        .tables
+        .iter()
+        .map(|t| (t.source.clone(), t.target.clone()))
+        .collect();
+    let tasks = all_tasks(
+        &store,
+        location,
+        &manifest,
+        restore_id,
+        &job.backup_id,
+        &pairs,
+        job.per_blob_max_bytes,
+    )
+    .await?;
+    let paths = BackupPaths::new(&job.backup_id);
+    let done: std::collections::HashSet<String> = store
+        .list_names(&paths.restore_done_root(restore_id))
+        .await?
+        .into_iter()
+        .collect();
+    let poisoned = store
+        .list_names(&paths.restore_poison_root(restore_id))
+        .await?;
+    for p in poisoned {
+        store.delete(&p).await?;
+    }
+    let left: Vec<TaskMessage> = tasks
+        .into_iter()
+        .map(|(_, t)| t)
+        .filter(|t| !done.contains(&paths.restore_done(restore_id, &t.table, &t.task)))
+        .collect();
+    tracing::info!(tasks = left.len(), "resuming the restore");
+    set_state(&store, &job, JobStatus::InProgress, None).await?;
+    let queue = location.task_queue()?;
+    queue.create().await?;
+    let next =
+        format!("restore {restore_id} cannot be completed; run `tablevault resume {restore_id}`");
+    crate::enqueue::enqueue_shuffled(&queue, left, &next).await?;
+    let mut report = watch(location, &job, target, opts).await?;
+    report.timed(started.elapsed().as_secs_f64());
+    Ok(report)
+}
+
+/// `tablevault cancel`: ends a restore. Workers drop its queued tasks when they next see
+/// them; a coordinator watching it stops. What was written stays written.
+pub async fn cancel(location: &Location, restore_id: &str) -> Result<RestoreReport> {
+    let store = location.store()?;
+    let job = find_restore(&store, restore_id).await?;
+    if let Some(s) = store.restore_state(&job.backup_id, restore_id).await?
+        && s.status.is_final()
+        && s.status != JobStatus::Cancelled
+    {
+        return Err(Error::invalid(format!(
+            "restore {restore_id} has already ended ({}); there is nothing to cancel",
+            s.status
+        )));
+    }
+    set_state(
+        &store,
+        &job,
+        JobStatus::Cancelled,
+        Some("cancelled by the user".into()),
+    )
+    .await?;
+    status(location, &job).await
+}
+
+/// What a restore would do to one table.
+#[derive(Debug, Clone, Serialize)]
+pub struct PlannedTable {
+    /// Table in the backup.
+    pub source: String,
+    /// Table it would write.
+    pub target: String,
+    /// Whether the target table exists now.
+    pub exists: bool,
+    /// Entities the backup holds for it.
+    pub entities: u64,
+    /// Blocks they are stored in.
+    pub blocks: u64,
+    /// Tasks the restore would enqueue.
+    pub tasks: u64,
+    /// Backed-up entities absent from the target: would be written.
+    pub new: u64,
+    /// Present and equal to the backup.
+    pub unchanged: u64,
+    /// Present and different: overwritten (upsert, replace), merged (merge), left alone
+    /// (insert-skip) or failures (insert-fail), as `mode` says.
+    pub different: u64,
+    /// In the target, not in the backup: deleted by `replace`, kept otherwise.
+    pub extra: u64,
+    /// Of `extra`, what would be deleted.
+    pub would_delete: u64,
+}
+
+/// What a restore would do (`--dry-run`): nothing is written, nothing enqueued.
+#[derive(Debug, Clone, Serialize)]
+pub struct RestorePlan {
+    /// The backup.
+    pub backup_id: String,
+    /// When the backup was taken.
+    pub backup_created_at: String,
+    /// Account the backup was taken from.
+    pub source_account: String,
+    /// Account it would write to.
+    pub target_account: String,
+    /// That account's Table endpoint.
+    pub target_endpoint: String,
+    /// Mode.
+    pub mode: RestoreMode,
+    /// Whether the target would be read back and compared at the end.
+    pub verify: bool,
+    /// Entities, blocks and tasks in all.
+    pub entities: u64,
+    /// Blocks in all.
+    pub blocks: u64,
+    /// Tasks in all.
+    pub tasks: u64,
+    /// Per table.
+    pub tables: Vec<PlannedTable>,
+}
+
+/// Plans a restore without doing it: reads the backup's records and compares the backup
+/// with the target tables as they are, so the counts of what would be overwritten and
+/// deleted are exact at this moment.
+pub async fn preview(req: &RestoreRequest, location: &Location) -> Result<RestorePlan> {
+    let store = location.store()?;
+    let manifest = load_complete_manifest(&store, &req.backup_id).await?;
+    let pairs = crate::selection::select(&manifest, req.tables.as_deref(), &req.renames)?;
+    let target = AccountRef::of(&req.target)?;
+    let client = TableClient::with_options(&req.target, &location.client_options)?;
+    let tasks = all_tasks(
+        &store,
+        location,
+        &manifest,
+        "preview",
+        &req.backup_id,
+        &pairs,
+        req.per_blob_max_bytes,
+    )
+    .await?;
+    let compared = compare_tables(
+        &store,
+        &manifest,
+        &pairs,
+        &client,
+        CompareOptions {
+            equality: if req.mode == RestoreMode::Merge {
+                Equality::BackupPropertiesOnly
+            } else {
+                Equality::Exact
+            },
+            delete_extras: false,
+        },
+    )
+    .await?;
+    let tables: Vec<PlannedTable> = compared
+        .into_iter()
+        .enumerate()
+        .map(|(i, c)| {
+            let mt = manifest.tables.iter().find(|t| t.name == c.source);
+            PlannedTable {
+                entities: c.counts.backup,
+                blocks: mt.map_or(0, |t| t.blocks),
+                tasks: tasks.iter().filter(|(t, _)| *t == i).count() as u64,
+                exists: c.exists,
+                new: c.counts.missing,
+                unchanged: c.counts.matching,
+                different: c.counts.different,
+                extra: c.counts.extra,
+                would_delete: if req.mode == RestoreMode::Replace {
+                    c.counts.extra
+                } else {
+                    0
+                },
+                source: c.source,
+                target: c.target,
+            }
+        })
+        .collect();
+    Ok(RestorePlan {
+        backup_id: req.backup_id.clone(),
+        backup_created_at: manifest.created_at.clone(),
+        source_account: manifest.source.account.clone(),
+        target_account: target.account,
+        target_endpoint: target.table_endpoint,
+        mode: req.mode,
+        verify: req.verify,
+        entities: tables.iter().map(|t| t.entities).sum(),
+        blocks: tables.iter().map(|t| t.blocks).sum(),
+        tasks: tasks.len() as u64,
+        tables,
+    })
+}
+
+/// The target tables of a restore that exist and hold entities: writing into them needs
+/// the user's confirmation.
+pub async fn non_empty_targets(req: &RestoreRequest, location: &Location) -> Result<Vec<String>> {
+    let store = location.store()?;
+    let manifest = load_complete_manifest(&store, &req.backup_id).await?;
+    let pairs = crate::selection::select(&manifest, req.tables.as_deref(), &req.renames)?;
+    let client = TableClient::with_options(&req.target, &location.client_options)?;
+    let mut out = Vec::new();
+    for (_, t) in pairs {
+        if client.table_exists(&t).await?
+            && client
+                .pages(
+                    &t,
+                    tablevault_azure::table::Query {
+                        filter: None,
+                        top: Some(1),
+                    },
+                )
+                .first_entity()
+                .await?
+                .is_some()
+        {
+            out.push(t);
+        }
+    }
+    Ok(out)
 }

@@ -5,17 +5,16 @@
 //! The comparison is a merge of two streams in key order (the backup block by block, the
 //! table page by page), so memory stays at one block and one page whatever the size.
 
-use std::collections::VecDeque;
-use std::pin::Pin;
 use std::time::Instant;
 
-use futures::{Stream, StreamExt};
+use futures::StreamExt;
 use serde::Serialize;
 use tablevault_azure::StorageAccount;
-use tablevault_azure::table::{Entity, EntityPage, Query, TableClient};
+use tablevault_azure::table::{Entity, TableClient};
 use tablevault_core::format::FORMAT_VERSION;
 use tablevault_core::keys::EntityKey;
 
+use crate::compare::{LiveCursor, key};
 use crate::{Error, Location, Result};
 
 /// Most differences listed in a report (all are counted).
@@ -35,7 +34,7 @@ pub struct VerifyRequest {
 }
 
 /// How a live entity differs from the backup.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum DifferenceKind {
     /// In the backup, not in the table.
@@ -84,7 +83,7 @@ impl PartialEq<&str> for VerifyStatus {
 }
 
 /// One difference between the backup and a live table.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
 pub struct Difference {
     /// Live table.
     pub table: String,
@@ -134,43 +133,6 @@ pub struct VerifyReport {
     pub differences: Vec<Difference>,
     /// Wall time.
     pub duration_seconds: f64,
-}
-
-type PageStream = Pin<Box<dyn Stream<Item = tablevault_azure::Result<EntityPage>> + Send>>;
-
-/// The live table, one entity at a time in key order.
-struct LiveCursor {
-    pages: PageStream,
-    buffer: VecDeque<Entity>,
-    done: bool,
-}
-
-impl LiveCursor {
-    fn new(client: &TableClient, table: &str) -> Self {
-        LiveCursor {
-            pages: Box::pin(client.pages(table, Query::scan(None)).into_stream()),
-            buffer: VecDeque::new(),
-            done: false,
-        }
-    }
-
-    async fn peek(&mut self) -> Result<Option<&Entity>> {
-        while self.buffer.is_empty() && !self.done {
-            match self.pages.next().await {
-                Some(page) => self.buffer.extend(page?.entities),
-                None => self.done = true,
-            }
-        }
-        Ok(self.buffer.front())
-    }
-
-    fn advance(&mut self) -> Option<Entity> {
-        self.buffer.pop_front()
-    }
-}
-
-fn key(e: &Entity) -> EntityKey {
-    EntityKey::new(&e.partition_key, &e.row_key)
 }
 
 /// Accumulates differences for one table.

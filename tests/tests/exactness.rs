@@ -189,7 +189,11 @@ async fn write(
 }
 
 /// Writes `entities` by `path` into a fresh table, reads the table back and compares.
-fn round_trip(account: &StorageAccount, entities: &[Entity], path: Path) -> Result<(), TestCaseError> {
+fn round_trip(
+    account: &StorageAccount,
+    entities: &[Entity],
+    path: Path,
+) -> Result<(), TestCaseError> {
     let (rt, _) = env();
     rt.block_on(async {
         let client = client(account);
@@ -256,7 +260,10 @@ fn assert_round_trips(entities: Vec<Entity>, path: Path) {
 #[test]
 fn regression_line_separator_in_a_value() {
     for path in [Path::Restore, Path::RawBatch, Path::OneByOne] {
-        assert_round_trips(partition("p", &[("a", "x\u{2028}y"), ("b", "\u{2029}")]), path);
+        assert_round_trips(
+            partition("p", &[("a", "x\u{2028}y"), ("b", "\u{2029}")]),
+            path,
+        );
     }
 }
 

@@ -13,7 +13,9 @@ use tablevault_azure::blob::PutOptions;
 use tablevault_azure::table::{BatchOperation, EdmValue, Entity, TableClient};
 use tablevault_cli::exit::{ExitCode, error_code};
 use tablevault_coordinator::backup::run_backup;
-use tablevault_coordinator::restore::{RestoreRequest, plan_and_enqueue, run_restore, watch};
+use tablevault_coordinator::restore::{
+    RestoreRequest, check_target, plan_and_enqueue, run_restore, watch,
+};
 use tablevault_coordinator::state::load_manifest;
 use tablevault_coordinator::verify::{VerifyRequest, verify};
 use tablevault_core::format::Compression;
@@ -141,6 +143,7 @@ async fn each_mode_treats_existing_entities_as_documented() {
         RestoreMode::Merge,
         RestoreMode::InsertSkip,
         RestoreMode::InsertFail,
+        RestoreMode::Replace,
     ] {
         // The damage an application bug did: one entity overwritten (with an extra
         // property), one deleted, one added that the backup never saw.
@@ -192,14 +195,31 @@ async fn each_mode_treats_existing_entities_as_documented() {
                 .is_some(),
             "{mode:?} restores the deleted entity"
         );
-        assert!(
-            client
-                .get_entity(&dst, "p999", "new")
-                .await
-                .unwrap()
-                .is_some(),
-            "{mode:?} never deletes"
-        );
+        let added = client.get_entity(&dst, "p999", "new").await.unwrap();
+        if mode == RestoreMode::Replace {
+            assert!(
+                added.is_none(),
+                "replace deletes what the backup does not hold"
+            );
+            assert_eq!(report.deleted, 1);
+        } else {
+            assert!(added.is_some(), "{mode:?} never deletes");
+            assert_eq!(report.deleted, 0);
+        }
+        if mode == RestoreMode::InsertFail {
+            assert!(
+                report.verification.is_none(),
+                "an incomplete restore is not checked"
+            );
+        } else {
+            let check = report.verification.as_ref().expect("verified by default");
+            assert!(check.ok, "{mode:?}: {check:?}");
+            assert_eq!(
+                check.tables[0].counts.extra,
+                u64::from(mode != RestoreMode::Replace),
+                "{mode:?}: the entity the backup never saw is counted"
+            );
+        }
         let t0 = &report.tables[0];
         match mode {
             RestoreMode::Upsert => {
@@ -236,8 +256,12 @@ async fn each_mode_treats_existing_entities_as_documented() {
                     (1, 98, 1, 0)
                 );
             }
+            RestoreMode::Replace => {
+                assert_eq!(report.status, "complete");
+                assert_same_tables(&scan_all(&client, &dst).await, &source);
+            }
             RestoreMode::InsertFail => {
-                assert_eq!(report.status, "failed");
+                assert_eq!(report.status, "incomplete");
                 assert_eq!(
                     damaged.get("V"),
                     Some(&EdmValue::Int64(-1)),
@@ -293,7 +317,9 @@ async fn a_killed_worker_mid_restore_is_redone() {
         "the first worker was stopped mid-way ({partial} written)"
     );
 
-    let report = watch(&t, &job, &watch_opts(2, &env.account)).await.unwrap();
+    let report = watch(&t, &job, &env.account, &watch_opts(2, &env.account))
+        .await
+        .unwrap();
     assert_eq!(report.status, "complete");
     assert_same_tables(&scan_all(&client, &dst).await, &source);
 }
@@ -342,7 +368,7 @@ async fn a_corrupt_block_is_reported_and_nothing_from_it_is_written() {
     let report = run_restore(&r, &t, &watch_opts(2, &env.account))
         .await
         .unwrap();
-    assert_eq!(report.status, "failed", "never reported as a success");
+    assert_eq!(report.status, "incomplete", "never reported as a success");
     assert_eq!(report.poisoned.len(), 1);
     assert!(
         report.poisoned[0].reason.contains("checksum mismatch"),
@@ -499,4 +525,152 @@ async fn verify_finds_every_difference_with_a_live_table() {
         .unwrap();
     assert_eq!(different.key, EntityKey::new("p001", "r00005"));
     assert_eq!(different.properties, vec!["Pad", "V"]);
+}
+
+/// The check after writing sees what happened to the target between the write and the
+/// check: an entity changed, one deleted, one added. It names the keys, fails the
+/// restore, and counts the extra without calling it a failure (upsert keeps extras).
+#[tokio::test]
+async fn the_check_after_writing_catches_a_target_changed_behind_its_back() {
+    let Setup {
+        env,
+        client,
+        table,
+        source,
+        t,
+    } = numbered("check", 5, 40).await;
+    let backup = run_backup(
+        &backup_of(&env.account, &table),
+        &t,
+        &watch_opts(2, &env.account),
+    )
+    .await
+    .unwrap();
+    let dst = unique_table("dst");
+    let mut r = RestoreRequest::new(&backup.backup_id, env.account.clone());
+    r.renames = vec![(table.clone(), dst.clone())];
+    r.verify = false;
+    let job = plan_and_enqueue(&r, &t).await.unwrap();
+    let written = watch(&t, &job, &env.account, &watch_opts(2, &env.account))
+        .await
+        .unwrap();
+    assert_eq!(written.status, "complete");
+    assert!(written.verification.is_none());
+
+    // Between write and check, something else writes to the target.
+    let changed = &source[7];
+    client
+        .upsert_entity(
+            &dst,
+            &Entity::new(&changed.partition_key, &changed.row_key).with("V", EdmValue::Int32(0)),
+            false,
+        )
+        .await
+        .unwrap();
+    let gone = &source[123];
+    client
+        .delete_entity(&dst, &gone.partition_key, &gone.row_key)
+        .await
+        .unwrap();
+    client
+        .insert_entity(&dst, &Entity::new("p001", "zz-extra"))
+        .await
+        .unwrap();
+
+    let check = check_target(&t, &job, &env.account, &written)
+        .await
+        .unwrap();
+    assert!(!check.ok);
+    let c = &check.tables[0].counts;
+    assert_eq!(
+        (c.backup, c.matching, c.missing, c.different, c.extra),
+        (200, 198, 1, 1, 1)
+    );
+    let named: Vec<(String, &str)> = check.tables[0]
+        .differences
+        .iter()
+        .map(|d| (d.key.to_string(), d.kind.as_str()))
+        .collect();
+    for (e, kind) in [(changed, "different"), (gone, "missing")] {
+        let k = EntityKey::new(&e.partition_key, &e.row_key).to_string();
+        assert!(
+            named.contains(&(k.clone(), kind)),
+            "{k} {kind} in {named:?}"
+        );
+    }
+
+    // The same through the whole restore: an upsert repairs the changes, so the check
+    // passes, and the extra is reported, not deleted.
+    r.verify = true;
+    let report = run_restore(&r, &t, &watch_opts(2, &env.account))
+        .await
+        .unwrap();
+    assert_eq!(report.status, "complete");
+    let v = report.verification.unwrap();
+    assert!(v.ok);
+    assert_eq!(v.tables[0].counts.extra, 1);
+}
+
+/// Deletes one entity of the target when the watch ends, that is after every task has
+/// written and before the check reads the target back.
+struct DeleteWhenWritten {
+    client: TableClient,
+    table: String,
+    key: (String, String),
+}
+
+impl tablevault_coordinator::Progress for DeleteWhenWritten {
+    fn update(&self, _: tablevault_coordinator::Snapshot) {}
+
+    fn finish(&self) {
+        // On the test's runtime: the HTTP connection pool is shared process-wide, and a
+        // connection opened on a runtime that then ends would stall the next request.
+        let (pk, rk) = &self.key;
+        tokio::task::block_in_place(|| {
+            tokio::runtime::Handle::current()
+                .block_on(self.client.delete_entity(&self.table, pk, rk))
+                .unwrap()
+        });
+    }
+}
+
+/// A target that differs after writing fails the restore: status `mismatch`, exit 4,
+/// the key named.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_mismatch_after_writing_fails_the_restore_with_exit_4() {
+    let Setup {
+        env,
+        client,
+        table,
+        t,
+        ..
+    } = numbered("mism", 2, 30).await;
+    let backup = run_backup(
+        &backup_of(&env.account, &table),
+        &t,
+        &watch_opts(1, &env.account),
+    )
+    .await
+    .unwrap();
+    let dst = unique_table("dst");
+    let mut r = RestoreRequest::new(&backup.backup_id, env.account.clone());
+    r.renames = vec![(table.clone(), dst.clone())];
+    let mut opts = watch_opts(2, &env.account);
+    opts.progress = Some(Arc::new(DeleteWhenWritten {
+        client: client.clone(),
+        table: dst.clone(),
+        key: ("p001".into(), "r00007".into()),
+    }));
+    let report = run_restore(&r, &t, &opts).await.unwrap();
+    assert_eq!(report.status, "mismatch");
+    let v = report.verification.as_ref().unwrap();
+    assert_eq!(v.tables[0].counts.missing, 1);
+    assert_eq!(
+        v.tables[0].differences[0].key,
+        EntityKey::new("p001", "r00007")
+    );
+    assert_eq!(
+        tablevault_cli::exit::outcome_code(&tablevault_cli::Outcome::Restore(report)),
+        ExitCode::Mismatch
+    );
 }

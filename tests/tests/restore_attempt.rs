@@ -78,6 +78,7 @@ fn restore_job(mode: RestoreMode) -> RestoreJob {
         per_blob_max_bytes: 0,
         max_attempts: 5,
         tables: Vec::new(),
+        verify: true,
         tool_version: String::new(),
     }
 }

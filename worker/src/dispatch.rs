@@ -93,7 +93,10 @@ impl Worker {
             && task.owner() != only
         {
             if self.restore_has_ended(&task).await {
-                tracing::info!(restore = task.owner(), "dropping a task of a restore that is not running");
+                tracing::info!(
+                    restore = task.owner(),
+                    "dropping a task of a restore that is not running"
+                );
                 let _ = self
                     .settler
                     .queue()

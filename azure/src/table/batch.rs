@@ -72,11 +72,12 @@ pub fn batch_carries_keys(partition_key: &str, row_key: &str) -> bool {
         partition_key.replace('\'', "''"),
         row_key.replace('\'', "''")
     );
-    let read_back = |found: Option<&str>, sent: &str| {
-        found.is_none_or(|f| f.replace("''", "'") == sent)
-    };
-    read_back(js_lookaround_match(&url, "partitionkey='", "',", false), partition_key)
-        && read_back(js_lookaround_match(&url, "rowkey='", "')", true), row_key)
+    let read_back =
+        |found: Option<&str>, sent: &str| found.is_none_or(|f| f.replace("''", "'") == sent);
+    read_back(
+        js_lookaround_match(&url, "partitionkey='", "',", false),
+        partition_key,
+    ) && read_back(js_lookaround_match(&url, "rowkey='", "')", true), row_key)
 }
 
 /// The first match of the JavaScript pattern `(?<=before)(.*)(?=after)` (`.+` when

@@ -245,7 +245,11 @@ impl RestoreAttempt<'_> {
     }
 
     /// Writes one entity with a single-entity request in the job's mode.
-    async fn write_single(&self, entity: Entity, result: &mut BatchResult) -> Result<(), TaskError> {
+    async fn write_single(
+        &self,
+        entity: Entity,
+        result: &mut BatchResult,
+    ) -> Result<(), TaskError> {
         self.check_stop()?;
         let table = self.target_table;
         let guard = self.limiter.acquire().await;

@@ -352,7 +352,11 @@ fn json_str_len(s: &str) -> usize {
 fn push_json_str(out: &mut String, s: &str) {
     let json = serde_json::to_string(s).expect("strings always serialize");
     if json.contains(['\u{2028}', '\u{2029}']) {
-        out.push_str(&json.replace('\u{2028}', "\\u2028").replace('\u{2029}', "\\u2029"));
+        out.push_str(
+            &json
+                .replace('\u{2028}', "\\u2028")
+                .replace('\u{2029}', "\\u2029"),
+        );
     } else {
         out.push_str(&json);
     }
