@@ -1,6 +1,7 @@
 //! Restore throughput: one backup per table size, then rounds that each measure the
 //! ceiling (the project's Table client upserting the same entities as 100-entity batches,
-//! 8 in flight, into a fresh table) and a restore per worker count. Every measurement
+//! 8 in flight, into a fresh table) and a restore per worker count, each with the check
+//! that reads the target back (the default) and without it (`--no-verify`). Every measurement
 //! starts on a freshly started Table service, because the emulator's insert rate falls as
 //! its in-memory database grows.
 
@@ -19,6 +20,8 @@ use crate::sample::load_sample;
 pub struct RestoreRun {
     /// In-process workers.
     pub workers: usize,
+    /// Whether the target was read back and compared (inside the measured time).
+    pub verify: bool,
     /// Entities written.
     pub entities: u64,
     /// Wall seconds of the whole command (planning, enqueueing, reporting included).
@@ -36,6 +39,8 @@ pub struct RestoreRun {
 pub struct RestoreSummary {
     /// In-process workers.
     pub workers: usize,
+    /// Whether the target was read back and compared.
+    pub verify: bool,
     /// Median entities per second.
     pub entities_per_second: f64,
     /// Median of each round's rate over that round's ceiling.
@@ -65,6 +70,14 @@ async fn fresh_tables(azurite: &mut Azurite) -> anyhow::Result<()> {
         .restart_table()
         .await
         .context("cannot restart the emulator's Table service")
+}
+
+/// Every (workers, verify) pair measured, in order.
+fn combos(opts: &BenchOptions) -> Vec<(usize, bool)> {
+    opts.workers
+        .iter()
+        .flat_map(|&w| [(w, true), (w, false)])
+        .collect()
 }
 
 /// Runs the restore benchmark and prints its table (or JSON).
@@ -109,24 +122,28 @@ pub async fn run_restore_bench(opts: &BenchOptions) -> anyhow::Result<()> {
                 );
             }
             let mut runs = Vec::new();
-            for &w in &opts.workers {
+            for (w, verify) in combos(opts) {
                 fresh_tables(&mut azurite).await?;
-                let rename = format!("{TABLE}={TABLE}R{w}w{round}");
-                let report = Tablevault::new(&azurite)?
-                    .run(&[
-                        "restore",
-                        &backup_id,
-                        "--container",
-                        CONTAINER,
-                        "--rename",
-                        &rename,
-                        "--workers",
-                        &w.to_string(),
-                    ])
-                    .await?;
+                let rename = format!("{TABLE}={TABLE}R{w}w{round}{}", u8::from(verify));
+                let workers = w.to_string();
+                let mut args = vec![
+                    "restore",
+                    &backup_id,
+                    "--container",
+                    CONTAINER,
+                    "--rename",
+                    &rename,
+                    "--workers",
+                    &workers,
+                ];
+                if !verify {
+                    args.push("--no-verify");
+                }
+                let report = Tablevault::new(&azurite)?.run(&args).await?;
                 let child = ChildRun::from_report(&report, "written");
                 let run = RestoreRun {
                     workers: w,
+                    verify,
                     entities: child.entities,
                     seconds: child.seconds,
                     entities_per_second: child.rate(),
@@ -135,7 +152,7 @@ pub async fn run_restore_bench(opts: &BenchOptions) -> anyhow::Result<()> {
                 };
                 if !opts.json {
                     eprintln!(
-                        "    restore, {w} worker(s): {:.0} entities/s ({:.0}% of ceiling), peak RSS {}",
+                        "    restore, {w} worker(s), verify {verify}: {:.0} entities/s ({:.0}% of ceiling), peak RSS {}",
                         run.entities_per_second,
                         run.fraction_of_ceiling * 100.0,
                         human_bytes(run.peak_rss_bytes)
@@ -145,12 +162,12 @@ pub async fn run_restore_bench(opts: &BenchOptions) -> anyhow::Result<()> {
             }
             rounds.push((ceiling, runs));
         }
-        let restores = opts
-            .workers
-            .iter()
+        let restores = combos(opts)
+            .into_iter()
             .enumerate()
-            .map(|(i, &w)| RestoreSummary {
+            .map(|(i, (w, verify))| RestoreSummary {
                 workers: w,
+                verify,
                 entities_per_second: column(&rounds, i, |r: &RestoreRun| r.entities_per_second),
                 fraction_of_ceiling: column(&rounds, i, |r: &RestoreRun| r.fraction_of_ceiling),
                 peak_rss_bytes: column_max(&rounds, i, |r: &RestoreRun| r.peak_rss_bytes),
@@ -168,19 +185,20 @@ pub async fn run_restore_bench(opts: &BenchOptions) -> anyhow::Result<()> {
         return Ok(());
     }
     println!(
-        "{:>9}  {:>7}  {:>12}  {:>8}  {:>10}",
-        "entities", "workers", "entities/s", "ceiling", "peak RSS"
+        "{:>9}  {:>7}  {:>6}  {:>12}  {:>8}  {:>10}",
+        "entities", "workers", "verify", "entities/s", "ceiling", "peak RSS"
     );
     for r in &results {
         println!(
-            "{:>9}  {:>7}  {:>12.0}  {:>8}  {:>10}",
-            r.entities, "batches", r.ceiling_entities_per_second, "100%", "-"
+            "{:>9}  {:>7}  {:>6}  {:>12.0}  {:>8}  {:>10}",
+            r.entities, "batches", "-", r.ceiling_entities_per_second, "100%", "-"
         );
         for s in &r.restores {
             println!(
-                "{:>9}  {:>7}  {:>12.0}  {:>7.0}%  {:>10}",
+                "{:>9}  {:>7}  {:>6}  {:>12.0}  {:>7.0}%  {:>10}",
                 r.entities,
                 s.workers,
+                if s.verify { "on" } else { "off" },
                 s.entities_per_second,
                 s.fraction_of_ceiling * 100.0,
                 human_bytes(s.peak_rss_bytes)
