@@ -211,7 +211,7 @@ async fn sleep_or_shutdown(shutdown: &CancellationToken, d: Duration) {
 #[cfg(test)]
 mod tests {
     use tablevault_core::keys::KeyRange;
-    use tablevault_core::protocol::{PROTOCOL_VERSION, TaskKind, TaskMessage};
+    use tablevault_core::protocol::{JobStatus, PROTOCOL_VERSION, TaskKind, TaskMessage};
     use tablevault_core::store::Store;
     use tablevault_core::testing::{MemoryBlobs, MemoryQueue, Op, Strike, reset};
 
@@ -259,5 +259,114 @@ mod tests {
         );
         stop.cancel();
         run.await.unwrap().unwrap();
+    }
+
+    /// A restore's plan and the commit record it reads, in `blobs`; returns its task.
+    async fn planted_restore(store: &Store, status: JobStatus) -> TaskMessage {
+        use tablevault_core::format::{Compression, FORMAT_VERSION};
+        use tablevault_core::protocol::{
+            AccountRef, CommitRecord, RestoreJob, RestoreMode, RestoreStateRecord,
+        };
+        use tablevault_core::store::BackupPaths;
+        let (backup, restore) = ("20200101T000000Z-backup01", "20200101T000000Z-restor01");
+        let paths = BackupPaths::new(backup);
+        let job = RestoreJob {
+            protocol: PROTOCOL_VERSION,
+            format: FORMAT_VERSION,
+            restore_id: restore.into(),
+            backup_id: backup.into(),
+            created_at: String::new(),
+            target: AccountRef::of(&StorageAccount::emulator()).unwrap(),
+            mode: RestoreMode::Upsert,
+            compression: Compression::Zstd,
+            per_blob_max_bytes: 0,
+            max_attempts: 5,
+            tables: Vec::new(),
+            verify: true,
+            tool_version: String::new(),
+        };
+        store
+            .overwrite(&paths.restore_job(restore), &job)
+            .await
+            .unwrap();
+        let commit = CommitRecord {
+            format: FORMAT_VERSION,
+            job: backup.into(),
+            table: "Src".into(),
+            task: "r0000".into(),
+            attempt: "a".into(),
+            range: KeyRange::all(),
+            entities: 0,
+            raw_bytes: 0,
+            stored_bytes: 0,
+            blobs: Vec::new(),
+            started_at: String::new(),
+            finished_at: String::new(),
+            worker: String::new(),
+        };
+        store
+            .overwrite(&paths.commit("Src", "r0000"), &commit)
+            .await
+            .unwrap();
+        store
+            .set_restore_state(backup, restore, &RestoreStateRecord::now(status, None))
+            .await
+            .unwrap();
+        TaskMessage {
+            v: PROTOCOL_VERSION,
+            container: "c".into(),
+            job: backup.into(),
+            table: "Dst".into(),
+            task: "r0000-b00000".into(),
+            kind: TaskKind::Restore {
+                restore: restore.into(),
+                source_table: "Src".into(),
+                range_task: "r0000".into(),
+                blob: 0,
+                block: None,
+            },
+        }
+    }
+
+    /// Workers run a restore's tasks only while it is live: tasks of an interrupted,
+    /// cancelled or finished restore are dropped, by its own workers and by others'.
+    /// (A live task here is offered to other workers, as this one holds no credentials
+    /// for the target: the message stays.)
+    #[tokio::test(start_paused = true)]
+    async fn tasks_of_restores_that_are_not_running_are_dropped() {
+        for only_job in [None, Some("another-job")] {
+            for (status, kept) in [
+                (JobStatus::InProgress, true),
+                (JobStatus::Interrupted, false),
+                (JobStatus::Cancelled, false),
+                (JobStatus::Complete, false),
+            ] {
+                let queue = Arc::new(MemoryQueue::new("q"));
+                let store = Store::new(Arc::new(MemoryBlobs::new("c")));
+                let task = planted_restore(&store, status).await;
+                let backends = WorkerBackends {
+                    queue: queue.clone(),
+                    lease_queue: queue.clone(),
+                    poison: Arc::new(MemoryQueue::new("q-poison")),
+                    store_for: Arc::new(move |_| Ok(store.clone())),
+                };
+                let mut config = WorkerConfig::new(StorageAccount::emulator(), "q");
+                config.max_poll_interval = Duration::from_millis(200);
+                config.only_job = only_job.map(str::to_string);
+                let worker =
+                    Worker::with_backends(config, Arc::new(WorkerStats::default()), backends);
+                queue.put(&task.encode(), None).await.unwrap();
+                let stop = CancellationToken::new();
+                let run = tokio::spawn(worker.run(stop.clone()));
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                assert_eq!(
+                    !queue.texts().is_empty(),
+                    kept,
+                    "{status:?}, worker serving {only_job:?}"
+                );
+                stop.cancel();
+                run.await.unwrap().unwrap();
+            }
+        }
     }
 }
