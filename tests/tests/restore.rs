@@ -14,7 +14,7 @@ use tablevault_azure::table::{BatchOperation, EdmValue, Entity, TableClient};
 use tablevault_cli::exit::{ExitCode, error_code};
 use tablevault_coordinator::backup::run_backup;
 use tablevault_coordinator::restore::{
-    RestoreRequest, check_target, plan_and_enqueue, run_restore, watch,
+    RestoreRequest, cancel, check_target, plan_and_enqueue, resume, run_restore, watch,
 };
 use tablevault_coordinator::state::load_manifest;
 use tablevault_coordinator::verify::{VerifyRequest, verify};
@@ -673,4 +673,53 @@ async fn a_mismatch_after_writing_fails_the_restore_with_exit_4() {
         tablevault_cli::exit::outcome_code(&tablevault_cli::Outcome::Restore(report)),
         ExitCode::Mismatch
     );
+}
+
+/// A cancelled restore writes nothing more: its queued tasks are dropped by the workers
+/// that find them, a watch of it ends `cancelled`, and it cannot be resumed.
+#[tokio::test]
+async fn a_cancelled_restore_writes_nothing_more_and_cannot_be_resumed() {
+    let Setup {
+        env,
+        client,
+        table,
+        t,
+        ..
+    } = numbered("cancel", 3, 50).await;
+    let backup = run_backup(
+        &backup_of(&env.account, &table),
+        &t,
+        &watch_opts(1, &env.account),
+    )
+    .await
+    .unwrap();
+    let dst = unique_table("dst");
+    let mut r = RestoreRequest::new(&backup.backup_id, env.account.clone());
+    r.renames = vec![(table.clone(), dst.clone())];
+    let job = plan_and_enqueue(&r, &t).await.unwrap();
+    let cancelled = cancel(&t, &job.restore_id).await.unwrap();
+    assert_eq!(cancelled.status, "cancelled");
+    // Workers that come along drop its tasks; the watch says it was cancelled.
+    let report = watch(&t, &job, &env.account, &watch_opts(2, &env.account))
+        .await
+        .unwrap();
+    assert_eq!(report.status, "cancelled");
+    assert_eq!(
+        scan_all(&client, &dst).await.len(),
+        0,
+        "nothing was written"
+    );
+    let e = resume(
+        &t,
+        &job.restore_id,
+        &env.account,
+        &watch_opts(1, &env.account),
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(error_code(&e), ExitCode::Usage);
+    assert!(e.to_string().contains("cancelled"), "{e}");
+    // Unknown restore ids are usage errors too.
+    let e = cancel(&t, "20200101T000000Z-00000000").await.unwrap_err();
+    assert!(e.to_string().contains("not found"), "{e}");
 }
