@@ -19,7 +19,8 @@ use tablevault_worker::process::{SOURCE, TARGET};
 use tokio_util::sync::CancellationToken;
 
 use crate::args::{
-    AGAINST, BackupArgs, Command, ListArgs, RestoreArgs, ResumeArgs, StatusArgs, VerifyArgs,
+    AGAINST, BackupArgs, Command, ListArgs, RestoreArgs, ResumeArgs, SourceArgs, StatusArgs,
+    VerifyArgs, WaitArgs,
 };
 use crate::local_workers::InProcessWorkers;
 use crate::progress::ProgressBar;
@@ -148,25 +149,54 @@ async fn status(a: StatusArgs, shutdown: &CancellationToken) -> Result<Outcome> 
             .await
             .map(Outcome::RestoreStatus);
     }
-    let accounts = if a.workers > 0 {
-        vec![StorageAccount::resolve(a.source.source.as_deref(), SOURCE)?]
+    let what = StatusOptions {
+        wait: a.wait,
+        retry_poisoned: a.retry_poisoned,
+    };
+    let watch = BackupWatch {
+        workers: a.workers,
+        source: &a.source,
+        wait_for: &a.wait_for,
+        json: a.output.json,
+    };
+    backup_status(&location, &a.backup_id, what, watch, shutdown).await
+}
+
+/// How `status` and `resume` watch a backup.
+struct BackupWatch<'a> {
+    workers: u16,
+    source: &'a SourceArgs,
+    wait_for: &'a WaitArgs,
+    json: bool,
+}
+
+/// A backup's status, taking it over when `what` says so, with in-process workers
+/// holding the source account's credentials.
+async fn backup_status(
+    location: &Location,
+    id: &str,
+    what: StatusOptions,
+    watch: BackupWatch<'_>,
+    shutdown: &CancellationToken,
+) -> Result<Outcome> {
+    let accounts = if watch.workers > 0 {
+        vec![StorageAccount::resolve(
+            watch.source.source.as_deref(),
+            SOURCE,
+        )?]
     } else {
         Vec::new()
     };
     let mut opts = watch_options(
         "backup",
-        a.workers as usize,
+        watch.workers as usize,
         accounts,
         Duration::from_secs(60),
-        a.output.json,
+        watch.json,
         shutdown,
     );
-    opts.stall_timeout = Duration::from_secs(a.wait_for.stall_timeout);
-    let what = StatusOptions {
-        wait: a.wait,
-        retry_poisoned: a.retry_poisoned,
-    };
-    tablevault_coordinator::backup::status(&location, &a.backup_id, what, &opts)
+    opts.stall_timeout = Duration::from_secs(watch.wait_for.stall_timeout);
+    tablevault_coordinator::backup::status(location, id, what, &opts)
         .await
         .map(Outcome::Backup)
 }
@@ -262,36 +292,25 @@ fn confirm(tables: &[String], target: &AccountRef, mode: RestoreMode) -> Result<
 
 async fn resume(a: ResumeArgs, shutdown: &CancellationToken) -> Result<Outcome> {
     let location = a.store.location(shutdown)?;
-    let visibility = Duration::from_secs(60);
     if is_backup(&location, &a.id).await? {
-        let accounts = if a.workers > 0 {
-            vec![StorageAccount::resolve(a.source.source.as_deref(), SOURCE)?]
-        } else {
-            Vec::new()
-        };
-        let mut opts = watch_options(
-            "backup",
-            a.workers as usize,
-            accounts,
-            visibility,
-            a.output.json,
-            shutdown,
-        );
-        opts.stall_timeout = Duration::from_secs(a.wait_for.stall_timeout);
         let what = StatusOptions {
             wait: true,
             retry_poisoned: false,
         };
-        return tablevault_coordinator::backup::status(&location, &a.id, what, &opts)
-            .await
-            .map(Outcome::Backup);
+        let watch = BackupWatch {
+            workers: a.workers,
+            source: &a.source,
+            wait_for: &a.wait_for,
+            json: a.output.json,
+        };
+        return backup_status(&location, &a.id, what, watch, shutdown).await;
     }
     let target = StorageAccount::resolve(a.target.as_deref(), TARGET)?;
     let mut opts = watch_options(
         "restore",
         a.workers as usize,
         vec![target.clone()],
-        visibility,
+        Duration::from_secs(60),
         a.output.json,
         shutdown,
     );

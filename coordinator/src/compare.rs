@@ -17,7 +17,7 @@ use tablevault_azure::table::{
     BatchOperation, Entity, EntityPage, Query, TableClient, batch_carries_keys,
 };
 use tablevault_core::keys::{EntityKey, KeyRange};
-use tablevault_core::protocol::{Manifest, ManifestRange};
+use tablevault_core::protocol::{Manifest, ManifestRange, RestoreMode};
 use tablevault_core::store::Store;
 
 use crate::verify::{Difference, DifferenceKind};
@@ -37,6 +37,17 @@ pub enum Equality {
     /// Every backed-up property is present with the same type and value; the live entity
     /// may have more (what `merge` leaves).
     BackupPropertiesOnly,
+}
+
+impl Equality {
+    /// What a restore in `mode` promises: `merge` leaves other properties in place.
+    pub fn for_mode(mode: RestoreMode) -> Self {
+        if mode == RestoreMode::Merge {
+            Equality::BackupPropertiesOnly
+        } else {
+            Equality::Exact
+        }
+    }
 }
 
 /// What to do besides counting.

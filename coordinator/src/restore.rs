@@ -22,7 +22,7 @@ use tablevault_core::protocol::{
 use tablevault_core::stats::WorkerStats;
 use tablevault_core::store::{BackupPaths, CreateOutcome, Store};
 
-use crate::compare::{CompareOptions, Equality, compare_tables};
+use crate::compare::{CompareOptions, Equality, TableComparison, compare_tables};
 use crate::location::Location;
 use crate::report::{
     FailureReport, PoisonReport, RestoreReport, RestoreTableReport, RestoreVerification,
@@ -490,6 +490,70 @@ async fn record_interrupted(location: &Location, job: &RestoreJob) {
     }
 }
 
+/// `(backup table, target table)` of each table a restore writes.
+fn table_pairs(job: &RestoreJob) -> Vec<(String, String)> {
+    job.tables
+        .iter()
+        .map(|t| (t.source.clone(), t.target.clone()))
+        .collect()
+}
+
+/// What comparing a restore's target with its backup needs, read once.
+struct RestoredTables {
+    store: Store,
+    manifest: Manifest,
+    client: TableClient,
+    pairs: Vec<(String, String)>,
+}
+
+impl RestoredTables {
+    async fn open(location: &Location, job: &RestoreJob, target: &StorageAccount) -> Result<Self> {
+        let store = location.store()?;
+        let manifest = load_complete_manifest(&store, &job.backup_id).await?;
+        Ok(RestoredTables {
+            store,
+            manifest,
+            client: TableClient::with_options(target, &location.client_options)?,
+            pairs: table_pairs(job),
+        })
+    }
+
+    async fn compare(&self, opts: CompareOptions) -> Result<Vec<TableComparison>> {
+        compare_tables(&self.store, &self.manifest, &self.pairs, &self.client, opts).await
+    }
+
+    /// The check after writing (see [`check_target`]).
+    async fn check(&self, job: &RestoreJob, report: &RestoreReport) -> Result<RestoreVerification> {
+        let started = Instant::now();
+        let tables = self
+            .compare(CompareOptions {
+                equality: Equality::for_mode(job.mode),
+                delete_extras: false,
+            })
+            .await?;
+        let ok = tables.iter().all(|t| {
+            let left_alone: u64 = report
+                .tables
+                .iter()
+                .filter(|r| r.target == t.target)
+                .map(|r| r.skipped + r.failed)
+                .sum();
+            let c = &t.counts;
+            c.missing == 0
+                && c.different <= left_alone
+                && (job.mode != RestoreMode::Replace || c.extra == 0)
+        });
+        if !ok {
+            tracing::error!(restore = %job.restore_id, "the target read back differs from the backup");
+        }
+        Ok(RestoreVerification {
+            ok,
+            tables,
+            duration_seconds: started.elapsed().as_secs_f64(),
+        })
+    }
+}
+
 /// After every task wrote its entities: deletes extras (`replace`) and checks the target.
 async fn finish_writing(
     location: &Location,
@@ -500,26 +564,14 @@ async fn finish_writing(
     if job.mode != RestoreMode::Replace && !job.verify {
         return Ok(());
     }
-    let store = location.store()?;
-    let manifest = load_complete_manifest(&store, &job.backup_id).await?;
-    let client = TableClient::with_options(target, &location.client_options)?;
-    let pairs: Vec<(String, String)> = job
-        .tables
-        .iter()
-        .map(|t| (t.source.clone(), t.target.clone()))
-        .collect();
+    let restored = RestoredTables::open(location, job, target).await?;
     if job.mode == RestoreMode::Replace {
-        let pruned = compare_tables(
-            &store,
-            &manifest,
-            &pairs,
-            &client,
-            CompareOptions {
+        let pruned = restored
+            .compare(CompareOptions {
                 equality: Equality::Exact,
                 delete_extras: true,
-            },
-        )
-        .await?;
+            })
+            .await?;
         report.deleted = pruned.iter().map(|t| t.counts.deleted).sum();
         tracing::info!(
             deleted = report.deleted,
@@ -529,7 +581,7 @@ async fn finish_writing(
     if !job.verify {
         return Ok(());
     }
-    let verification = check_target(location, job, target, report).await?;
+    let verification = restored.check(job, report).await?;
     if !verification.ok {
         report.status = JobStatus::Mismatch;
     }
@@ -547,51 +599,10 @@ pub async fn check_target(
     target: &StorageAccount,
     report: &RestoreReport,
 ) -> Result<RestoreVerification> {
-    let started = Instant::now();
-    let store = location.store()?;
-    let manifest = load_complete_manifest(&store, &job.backup_id).await?;
-    let client = TableClient::with_options(target, &location.client_options)?;
-    let pairs: Vec<(String, String)> = job
-        .tables
-        .iter()
-        .map(|t| (t.source.clone(), t.target.clone()))
-        .collect();
-    let equality = if job.mode == RestoreMode::Merge {
-        Equality::BackupPropertiesOnly
-    } else {
-        Equality::Exact
-    };
-    let tables = compare_tables(
-        &store,
-        &manifest,
-        &pairs,
-        &client,
-        CompareOptions {
-            equality,
-            delete_extras: false,
-        },
-    )
-    .await?;
-    let ok = tables.iter().all(|t| {
-        let left_alone: u64 = report
-            .tables
-            .iter()
-            .filter(|r| r.target == t.target)
-            .map(|r| r.skipped + r.failed)
-            .sum();
-        let c = &t.counts;
-        c.missing == 0
-            && c.different <= left_alone
-            && (job.mode != RestoreMode::Replace || c.extra == 0)
-    });
-    if !ok {
-        tracing::error!(restore = %job.restore_id, "the target read back differs from the backup");
-    }
-    Ok(RestoreVerification {
-        ok,
-        tables,
-        duration_seconds: started.elapsed().as_secs_f64(),
-    })
+    RestoredTables::open(location, job, target)
+        .await?
+        .check(job, report)
+        .await
 }
 
 /// `tablevault restore`: plan, enqueue, watch, check.
@@ -690,11 +701,7 @@ pub async fn resume(
         _ => {}
     }
     let manifest = load_complete_manifest(&store, &job.backup_id).await?;
-    let pairs: Vec<(String, String)> = job
-        .tables
-        .iter()
-        .map(|t| (t.source.clone(), t.target.clone()))
-        .collect();
+    let pairs = table_pairs(&job);
     let tasks = all_tasks(
         &store,
         location,
@@ -838,11 +845,7 @@ pub async fn preview(req: &RestoreRequest, location: &Location) -> Result<Restor
         &pairs,
         &client,
         CompareOptions {
-            equality: if req.mode == RestoreMode::Merge {
-                Equality::BackupPropertiesOnly
-            } else {
-                Equality::Exact
-            },
+            equality: Equality::for_mode(req.mode),
             delete_extras: false,
         },
     )
