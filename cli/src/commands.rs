@@ -133,11 +133,14 @@ async fn status(a: StatusArgs, shutdown: &CancellationToken) -> Result<Outcome> 
         let store = location.store()?;
         let job = restore::find_restore(&store, &a.backup_id)
             .await
-            .map_err(|_| {
-                Error::invalid(format!(
+            .map_err(|e| match e {
+                // Not found (or not an id): say both kinds were looked for. Anything else
+                // (access denied, a dead endpoint) keeps its own message and exit code.
+                Error::Invalid(_) => Error::invalid(format!(
                     "no backup or restore {:?} in container {:?} (see `tablevault list`)",
                     a.backup_id, location.container
-                ))
+                )),
+                other => other,
             })?;
         if a.wait || a.retry_poisoned {
             return Err(Error::invalid(format!(
