@@ -11,6 +11,7 @@ pub mod job;
 pub mod keys;
 pub mod protocol;
 pub mod queue;
+pub mod split;
 pub mod stats;
 pub mod store;
 #[cfg(any(test, feature = "testing"))]

@@ -9,6 +9,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use futures::StreamExt;
 use tablevault_azure::table::{Cmp, Filter, Query, TableClient};
 use tablevault_core::keys::{EntityKey, KeyRange, cmp_keys};
+use tablevault_core::split::{increment, midpoint};
 
 /// First PartitionKey in `[from, below)` (`from` inclusive unless `after`).
 async fn first_pk(
@@ -41,107 +42,6 @@ async fn first_pk(
         .first_entity()
         .await?
         .map(|e| e.partition_key))
-}
-
-/// Code units a probe position is made of, in key order: printable ASCII (less the four
-/// characters keys cannot hold), then anchors spread over the rest of the BMP. Most keys
-/// are ASCII, so bisecting over this dense alphabet converges in a few probes where
-/// bisecting raw 16-bit code units would spend most probes far above every key.
-fn alphabet() -> &'static [u16] {
-    static ALPHABET: std::sync::OnceLock<Vec<u16>> = std::sync::OnceLock::new();
-    ALPHABET.get_or_init(|| {
-        let mut a: Vec<u16> = (0x20u16..=0x7E)
-            .filter(|c| !matches!(c, 0x23 | 0x2F | 0x3F | 0x5C))
-            .collect();
-        a.extend([
-            0xA0, 0x100, 0x400, 0x800, 0x1000, 0x2000, 0x3000, 0x4E00, 0x6000, 0x8000, 0xA000,
-            0xAC00, 0xE000, 0xF000, 0xFFFD,
-        ]);
-        a
-    })
-}
-
-/// Index of the largest alphabet unit at or below `u`.
-fn rank(u: u16) -> u64 {
-    alphabet().partition_point(|&a| a <= u).saturating_sub(1) as u64
-}
-
-const DIGITS: usize = 4;
-
-/// A string between `lo` and `hi` (or the top of the key space), by key value: the common
-/// prefix, then the midpoint of the next four positions in `alphabet` rank space. Only
-/// used as a probe position, so it need not be a key anyone stored; it is always legal.
-pub fn midpoint(lo: &str, hi: Option<&str>) -> String {
-    let a: Vec<u16> = lo.encode_utf16().collect();
-    let b: Vec<u16> = hi.map(|h| h.encode_utf16().collect()).unwrap_or_default();
-    let common = match hi {
-        Some(_) => a.iter().zip(&b).take_while(|(x, y)| x == y).count(),
-        None => 0,
-    };
-    let base = alphabet().len() as u64 + 1; // digit 0 means "no character"
-    let digits = |v: &[u16]| -> u64 {
-        (0..DIGITS).fold(0u64, |acc, i| {
-            acc * base + v.get(common + i).map_or(0, |&u| rank(u) + 1)
-        })
-    };
-    let low = digits(&a);
-    let high = if hi.is_some() {
-        digits(&b)
-    } else {
-        base.pow(DIGITS as u32) - 1
-    };
-    let mut mid = low + high.saturating_sub(low) / 2;
-    let mut tail = Vec::with_capacity(DIGITS);
-    for _ in 0..DIGITS {
-        tail.push(mid % base);
-        mid /= base;
-    }
-    tail.reverse();
-    let mut units: Vec<u16> = a[..common].to_vec();
-    for d in tail {
-        // Digit 0 ("no character") can only be followed by more zeros in a valid
-        // midpoint; stop there.
-        if d == 0 {
-            break;
-        }
-        units.push(alphabet()[(d - 1) as usize]);
-    }
-    let m = String::from_utf16_lossy(&units);
-    // Ranks are floors, so between two anchors the midpoint can land at or below `lo`;
-    // the smallest step above `lo` is still a useful probe.
-    if cmp_keys(&m, lo).is_le() {
-        format!("{lo} ")
-    } else {
-        m
-    }
-}
-
-/// Adds `amount` units at position `pos` of `s`, read as a number in [`alphabet`] rank
-/// space, carrying leftwards. `None` when the result passes the top of the key space.
-fn increment(s: &str, pos: usize, amount: u64) -> Option<String> {
-    let units: Vec<u16> = s.encode_utf16().collect();
-    let base = alphabet().len() as u64 + 1;
-    let mut digits: Vec<u64> = (0..=pos)
-        .map(|i| units.get(i).map_or(0, |&u| rank(u) + 1))
-        .collect();
-    let mut carry = amount;
-    for d in digits.iter_mut().rev() {
-        let v = *d + carry;
-        *d = v % base;
-        carry = v / base;
-        if carry == 0 {
-            break;
-        }
-    }
-    if carry > 0 {
-        return None;
-    }
-    // Digit 0 is "no character"; after a carry it can only appear where nothing follows.
-    let out: Vec<u16> = digits
-        .iter()
-        .map(|&d| alphabet()[d.saturating_sub(1) as usize])
-        .collect();
-    Some(String::from_utf16_lossy(&out))
 }
 
 #[derive(Debug, Clone)]
@@ -330,53 +230,4 @@ pub async fn discover_ranges(
         .map(|i| EntityKey::partition_start(&i.lo))
         .collect();
     Ok((KeyRange::partition(&points), probes.into_inner()))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use tablevault_core::keys::key_problem;
-
-    #[test]
-    fn midpoints_fall_between_and_are_legal() {
-        let cases: &[(&str, Option<&str>)] = &[
-            ("a", Some("c")),
-            ("customer-0001", Some("customer-0999")),
-            ("a", None),
-            ("z", None),
-            ("", Some("b")),
-            ("abc", Some("abd")),
-            ("\u{D7FF}", Some("\u{E001}")),
-        ];
-        for (lo, hi) in cases {
-            let m = midpoint(lo, *hi);
-            assert!(cmp_keys(&m, lo).is_ge(), "{m:?} >= {lo:?}");
-            if let Some(h) = hi {
-                assert!(cmp_keys(&m, h).is_lt(), "{m:?} < {h:?}");
-            }
-            assert!(key_problem(&m).is_none(), "{m:?} is a legal key");
-        }
-        assert_eq!(midpoint("a", Some("c")), "b");
-        // Towards the top of the key space the first probe leaves ASCII, but only just: the
-        // alphabet is dense where keys usually are.
-        let top = midpoint("p001", None);
-        assert!(
-            cmp_keys(&top, "~").is_gt() && cmp_keys(&top, "\u{3000}").is_lt(),
-            "{top:?}"
-        );
-        assert!(midpoint("customer-0001", Some("customer-0999")).starts_with("customer-0"));
-    }
-
-    #[test]
-    fn increments_carry_in_rank_space() {
-        assert_eq!(increment("a", 0, 1).as_deref(), Some("b"));
-        assert_eq!(increment("ab", 1, 1).as_deref(), Some("ac"));
-        let carried = increment("a~", 1, 1).unwrap();
-        assert!(
-            cmp_keys(&carried, "a~").is_gt() && cmp_keys(&carried, "b").is_lt(),
-            "{carried:?}"
-        );
-        assert_eq!(increment("\u{FFFD}", 0, 1), None);
-        assert!(cmp_keys(&increment("", 0, 1).unwrap(), "").is_gt());
-    }
 }

@@ -6,7 +6,7 @@
 
 mod discover;
 
-pub use discover::{discover_ranges, midpoint};
+pub use discover::discover_ranges;
 
 use tablevault_core::keys::{EntityKey, KeyRange, cmp_keys, key_problem};
 

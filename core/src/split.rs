@@ -1,0 +1,735 @@
+//! Where to cut the unread remainder of a key range in two (dynamic work rebalancing).
+//!
+//! A worker that has read a range up to some key and finds other workers idle hands the
+//! upper part of what it has not read yet to the queue as a new task. The cut must fall
+//! strictly after the last key read and before the range's end, so the two ranges still
+//! tile the original one exactly; where it falls only affects balance, never
+//! correctness. It is chosen by value with a few `$top=1` probes ([`KeyProbe`]):
+//!
+//! * If another partition follows the current one, the cut is a PartitionKey: the first
+//!   one found at or above the midpoint (by key value) between the next partition and the
+//!   range's end. An unbounded range first learns a *ceiling*, a value no PartitionKey
+//!   reaches, which children inherit so it is searched for once per table.
+//! * Otherwise the rest of the range is one partition, and the cut is a RowKey found the
+//!   same way inside it. So a single huge partition is split too.
+//!
+//! Probes are index seeks on the service and are bounded per split ([`MAX_PROBES`]).
+
+use std::cmp::Ordering;
+
+use async_trait::async_trait;
+use tablevault_azure::table::{Cmp, Filter};
+
+use crate::keys::{EntityKey, cmp_keys};
+
+/// One `$top=1` question about a table: the first key matching it, in key order.
+#[derive(Debug, Clone, Copy)]
+pub enum Probe<'a> {
+    /// The first key of a later partition than `after`, before `end`.
+    NextPartition {
+        /// The partition to look past.
+        after: &'a str,
+        /// Exclusive end.
+        end: Option<&'a EntityKey>,
+    },
+    /// The first key whose PartitionKey is at or above `from`, before `end`.
+    Partition {
+        /// Lowest PartitionKey.
+        from: &'a str,
+        /// Exclusive end.
+        end: Option<&'a EntityKey>,
+    },
+    /// The first key of `partition` whose RowKey is at or above `from` (above it when
+    /// `exclusive`) and below `below`.
+    Row {
+        /// The partition.
+        partition: &'a str,
+        /// Lowest RowKey.
+        from: &'a str,
+        /// Whether `from` itself is excluded.
+        exclusive: bool,
+        /// Exclusive upper RowKey.
+        below: Option<&'a str>,
+    },
+}
+
+impl Probe<'_> {
+    /// The `$filter` asking it. The service's answer can still lie past an end that
+    /// stops inside a partition; [`Probe::matches`] decides.
+    pub fn filter(&self) -> Filter {
+        let end_pk = |end: Option<&EntityKey>| {
+            end.map(|e| {
+                let op = if e.rk.is_empty() { Cmp::Lt } else { Cmp::Le };
+                Filter::partition_key(op, &e.pk)
+            })
+        };
+        let parts: Vec<Filter> = match *self {
+            Probe::NextPartition { after, end } => std::iter::once(Filter::partition_key(Cmp::Gt, after))
+                .chain(end_pk(end))
+                .collect(),
+            Probe::Partition { from, end } => std::iter::once(Filter::partition_key(Cmp::Ge, from))
+                .chain(end_pk(end))
+                .collect(),
+            Probe::Row {
+                partition,
+                from,
+                exclusive,
+                below,
+            } => [
+                Some(Filter::partition_key(Cmp::Eq, partition)),
+                Some(Filter::row_key(if exclusive { Cmp::Gt } else { Cmp::Ge }, from)),
+                below.map(|b| Filter::row_key(Cmp::Lt, b)),
+            ]
+            .into_iter()
+            .flatten()
+            .collect(),
+        };
+        Filter::all(parts).expect("every probe has a lower bound")
+    }
+
+    /// Whether a key answers it.
+    pub fn matches(&self, k: &EntityKey) -> bool {
+        match *self {
+            Probe::NextPartition { after, end } => {
+                cmp_keys(&k.pk, after).is_gt() && end.is_none_or(|e| k < e)
+            }
+            Probe::Partition { from, end } => {
+                cmp_keys(&k.pk, from).is_ge() && end.is_none_or(|e| k < e)
+            }
+            Probe::Row {
+                partition,
+                from,
+                exclusive,
+                below,
+            } => {
+                k.pk == partition
+                    && if exclusive {
+                        cmp_keys(&k.rk, from).is_gt()
+                    } else {
+                        cmp_keys(&k.rk, from).is_ge()
+                    }
+                    && below.is_none_or(|b| cmp_keys(&k.rk, b).is_lt())
+            }
+        }
+    }
+}
+
+/// Answers [`Probe`]s: the Table service in production, a sorted list in tests.
+#[async_trait]
+pub trait KeyProbe: Send + Sync {
+    /// The first key answering the probe.
+    async fn first_key(&self, probe: Probe<'_>) -> tablevault_azure::Result<Option<EntityKey>>;
+}
+
+/// A table to probe.
+pub struct TableProbe<'a> {
+    /// The client.
+    pub client: &'a tablevault_azure::table::TableClient,
+    /// The table.
+    pub table: &'a str,
+}
+
+#[async_trait]
+impl KeyProbe for TableProbe<'_> {
+    async fn first_key(&self, probe: Probe<'_>) -> tablevault_azure::Result<Option<EntityKey>> {
+        let query = tablevault_azure::table::Query {
+            filter: Some(probe.filter()),
+            top: Some(1),
+        };
+        // Empty pages with a continuation are normal; the paginator follows them.
+        Ok(self
+            .client
+            .pages(self.table, query)
+            .first_entity()
+            .await?
+            .map(|e| EntityKey::new(e.partition_key, e.row_key))
+            .filter(|k| probe.matches(k)))
+    }
+}
+
+/// Most probes one split may send.
+pub const MAX_PROBES: usize = 16;
+
+/// Code units a probe position is made of, in key order: printable ASCII (less the four
+/// characters keys cannot hold), then anchors spread over the rest of the BMP. Most keys
+/// are ASCII, so bisecting over this dense alphabet converges in a few probes where
+/// bisecting raw 16-bit code units would spend most probes far above every key.
+fn alphabet() -> &'static [u16] {
+    static ALPHABET: std::sync::OnceLock<Vec<u16>> = std::sync::OnceLock::new();
+    ALPHABET.get_or_init(|| {
+        let mut a: Vec<u16> = (0x20u16..=0x7E)
+            .filter(|c| !matches!(c, 0x23 | 0x2F | 0x3F | 0x5C))
+            .collect();
+        a.extend([
+            0xA0, 0x100, 0x400, 0x800, 0x1000, 0x2000, 0x3000, 0x4E00, 0x6000, 0x8000, 0xA000,
+            0xAC00, 0xE000, 0xF000, 0xFFFD,
+        ]);
+        a
+    })
+}
+
+/// Index of the largest unit of `alphabet` at or below `u`.
+fn rank_in(alphabet: &[u16], u: u16) -> u64 {
+    alphabet.partition_point(|&a| a <= u).saturating_sub(1) as u64
+}
+
+/// Index of the largest [`alphabet`] unit at or below `u`.
+fn rank(u: u16) -> u64 {
+    rank_in(alphabet(), u)
+}
+
+/// The alphabet the differing tails of two bounds are written in: the character classes
+/// their units belong to (digits, hex letters, letters, each punctuation mark, the
+/// non-ASCII anchors). Keys are usually drawn from such a class (hex digests, numbers,
+/// names), and bisecting in its rank space keeps halves even where the global alphabet
+/// has gaps no key uses (between `9` and `a` in hex, say).
+fn local_alphabet(tails: &[&[u16]]) -> Vec<u16> {
+    let mut set = std::collections::BTreeSet::new();
+    let range = |a: u8, b: u8| (a as u16)..=(b as u16);
+    for &u in tails.iter().flat_map(|t| t.iter()) {
+        match u {
+            0x30..=0x39 => set.extend(range(b'0', b'9')),
+            0x61..=0x66 => set.extend(range(b'a', b'f')),
+            0x67..=0x7A => set.extend(range(b'a', b'z')),
+            0x41..=0x46 => set.extend(range(b'A', b'F')),
+            0x47..=0x5A => set.extend(range(b'A', b'Z')),
+            0x20..=0x7E => {
+                set.insert(u);
+            }
+            _ => set.extend(alphabet().iter().copied().filter(|&a| a >= 0xA0)),
+        }
+    }
+    set.into_iter().collect()
+}
+
+const DIGITS: usize = 4;
+
+/// A string between `lo` and `hi` (or the top of the key space), by key value: the common
+/// prefix, then the midpoint of the next four positions in the rank space of the
+/// alphabet the bounds use ([`local_alphabet`]; the whole [`alphabet`] without `hi`).
+/// Only used as a probe position, so it need not be a key anyone stored; it is always
+/// legal and always above `lo`.
+pub fn midpoint(lo: &str, hi: Option<&str>) -> String {
+    let a: Vec<u16> = lo.encode_utf16().collect();
+    let b: Vec<u16> = hi.map(|h| h.encode_utf16().collect()).unwrap_or_default();
+    let common = match hi {
+        Some(_) => a.iter().zip(&b).take_while(|(x, y)| x == y).count(),
+        None => 0,
+    };
+    let local;
+    let alpha: &[u16] = match hi {
+        Some(_) => {
+            let tail = |v: &[u16]| v[common..].iter().take(DIGITS).copied().collect::<Vec<_>>();
+            local = local_alphabet(&[&tail(&a), &tail(&b)]);
+            if local.is_empty() { alphabet() } else { &local }
+        }
+        None => alphabet(),
+    };
+    let base = alpha.len() as u64 + 1; // digit 0 means "no character"
+    let digits = |v: &[u16]| -> u64 {
+        (0..DIGITS).fold(0u64, |acc, i| {
+            acc * base + v.get(common + i).map_or(0, |&u| rank_in(alpha, u) + 1)
+        })
+    };
+    let low = digits(&a);
+    let high = if hi.is_some() {
+        digits(&b)
+    } else {
+        base.pow(DIGITS as u32) - 1
+    };
+    let mut mid = low + high.saturating_sub(low) / 2;
+    let mut tail = Vec::with_capacity(DIGITS);
+    for _ in 0..DIGITS {
+        tail.push(mid % base);
+        mid /= base;
+    }
+    tail.reverse();
+    let mut units: Vec<u16> = a[..common].to_vec();
+    for d in tail {
+        // Digit 0 ("no character") can only be followed by more zeros in a valid
+        // midpoint; stop there.
+        if d == 0 {
+            break;
+        }
+        units.push(alpha[(d - 1) as usize]);
+    }
+    let m = String::from_utf16_lossy(&units);
+    // Ranks are floors, so between two anchors the midpoint can land at or below `lo`;
+    // the smallest step above `lo` is still a useful probe.
+    if cmp_keys(&m, lo).is_le() {
+        format!("{lo} ")
+    } else {
+        m
+    }
+}
+
+/// Adds `amount` units at position `pos` of `s`, read as a number in [`alphabet`] rank
+/// space, carrying leftwards. `None` when the result passes the top of the key space.
+pub fn increment(s: &str, pos: usize, amount: u64) -> Option<String> {
+    let units: Vec<u16> = s.encode_utf16().collect();
+    let base = alphabet().len() as u64 + 1;
+    let mut digits: Vec<u64> = (0..=pos)
+        .map(|i| units.get(i).map_or(0, |&u| rank(u) + 1))
+        .collect();
+    let mut carry = amount;
+    for d in digits.iter_mut().rev() {
+        let v = *d + carry;
+        *d = v % base;
+        carry = v / base;
+        if carry == 0 {
+            break;
+        }
+    }
+    if carry > 0 {
+        return None;
+    }
+    // Digit 0 is "no character"; after a carry it can only appear where nothing follows.
+    let out: Vec<u16> = digits
+        .iter()
+        .map(|&d| alphabet()[d.saturating_sub(1) as usize])
+        .collect();
+    Some(String::from_utf16_lossy(&out))
+}
+
+/// `s` cut after position `pos`, with the unit there raised `steps` places in the
+/// alphabet: a value above every string that starts with `s[..=pos]`. `None` when no
+/// alphabet unit lies that far above (the top of the key space).
+fn bump(s: &[u16], pos: usize, steps: usize) -> Option<String> {
+    let u = *s.get(pos)?;
+    let above = alphabet().partition_point(|&a| a <= u);
+    let next = *alphabet().get(above + steps.saturating_sub(1))?;
+    let mut out = s[..pos].to_vec();
+    out.push(next);
+    Some(String::from_utf16_lossy(&out))
+}
+
+/// One dimension to cut in: PartitionKeys (across partitions) or RowKeys (inside one).
+enum Dimension<'a> {
+    Partitions { end: Option<&'a EntityKey> },
+    Rows { partition: &'a str, below: Option<&'a str> },
+}
+
+/// Probes and counts them.
+struct Prober<'a> {
+    probe: &'a dyn KeyProbe,
+    sent: usize,
+}
+
+impl Prober<'_> {
+    async fn ask(&mut self, probe: Probe<'_>) -> tablevault_azure::Result<Option<EntityKey>> {
+        self.sent += 1;
+        self.probe.first_key(probe).await
+    }
+
+    /// The first value of the dimension at or above `from` within its bound.
+    async fn first_at(
+        &mut self,
+        dim: &Dimension<'_>,
+        from: &str,
+    ) -> tablevault_azure::Result<Option<String>> {
+        Ok(match *dim {
+            Dimension::Partitions { end } => self.ask(Probe::Partition { from, end }).await?.map(|k| k.pk),
+            Dimension::Rows { partition, below } => self
+                .ask(Probe::Row {
+                    partition,
+                    from,
+                    exclusive: false,
+                    below,
+                })
+                .await?
+                .map(|k| k.rk),
+        })
+    }
+
+    /// Whether some value of the dimension is at or above `bump(units, pos, steps)`;
+    /// also returns that candidate. No candidate (the top of the key space) is never
+    /// reached.
+    async fn reaches(
+        &mut self,
+        dim: &Dimension<'_>,
+        units: &[u16],
+        pos: usize,
+        steps: usize,
+    ) -> tablevault_azure::Result<(Option<String>, bool)> {
+        match bump(units, pos, steps) {
+            None => Ok((None, false)),
+            Some(c) => {
+                let hit = self.first_at(dim, &c).await?.is_some();
+                Ok((Some(c), hit))
+            }
+        }
+    }
+}
+
+/// Searches a dimension for a value no key reaches, above `lo` (a value that exists): the
+/// longest prefix of `lo` whose successor no key reaches, found by bisecting on the
+/// prefix length; when even the first unit varies, by galloping there. `None` when the
+/// search found no such value within its budget (the top of the key space is used).
+async fn find_ceiling(
+    p: &mut Prober<'_>,
+    dim: &Dimension<'_>,
+    lo: &str,
+) -> tablevault_azure::Result<Option<String>> {
+    let units: Vec<u16> = lo.encode_utf16().collect();
+    if units.is_empty() {
+        return Ok(None);
+    }
+    // Candidates shrink as the position grows, so "reached" is false up to some
+    // position and true from there on.
+    let (first, hit) = p.reaches(dim, &units, 0, 1).await?;
+    if !hit {
+        let (mut ok, mut ceiling) = (0usize, first);
+        let mut reached_at = units.len();
+        while reached_at - ok > 1 && p.sent < MAX_PROBES {
+            let mid = (ok + reached_at) / 2;
+            let (c, hit) = p.reaches(dim, &units, mid, 1).await?;
+            if hit {
+                reached_at = mid;
+            } else {
+                ok = mid;
+                ceiling = c.or(ceiling);
+            }
+        }
+        return Ok(ceiling);
+    }
+    // The first unit itself varies: gallop up the alphabet until no key is reached.
+    let mut steps = 2usize;
+    let mut last_hit = 1usize;
+    while p.sent < MAX_PROBES {
+        let (c, hit) = p.reaches(dim, &units, 0, steps).await?;
+        let Some(c) = c else { return Ok(None) };
+        if hit {
+            last_hit = steps;
+            steps *= 2;
+            continue;
+        }
+        // Tighten between the last step reached and this one.
+        let (mut hit_at, mut miss_at, mut ceiling) = (last_hit, steps, c);
+        while miss_at - hit_at > 1 && p.sent < MAX_PROBES {
+            let mid = (hit_at + miss_at) / 2;
+            match p.reaches(dim, &units, 0, mid).await? {
+                (Some(_), true) => hit_at = mid,
+                (Some(c), false) => {
+                    miss_at = mid;
+                    ceiling = c;
+                }
+                (None, _) => break,
+            }
+        }
+        return Ok(Some(ceiling));
+    }
+    Ok(None)
+}
+
+/// Bisects a dimension by value between `lo` and `hi` (both exclusive), returning the
+/// first value found at or above a midpoint. `None` when every probe came back empty.
+async fn bisect(
+    p: &mut Prober<'_>,
+    dim: &Dimension<'_>,
+    lo: &str,
+    mut hi: Option<String>,
+) -> tablevault_azure::Result<Option<String>> {
+    while p.sent < MAX_PROBES {
+        let mid = midpoint(lo, hi.as_deref());
+        if hi
+            .as_deref()
+            .is_some_and(|h| cmp_keys(&mid, h) != Ordering::Less)
+        {
+            return Ok(None);
+        }
+        match p.first_at(dim, &mid).await? {
+            Some(found) if cmp_keys(&found, lo).is_gt() => return Ok(Some(found)),
+            _ => hi = Some(mid),
+        }
+    }
+    Ok(None)
+}
+
+/// A cut found by [`find_split`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Split {
+    /// Where the upper part starts: strictly after the last key read, before the end.
+    pub at: EntityKey,
+    /// A PartitionKey no key reaches, if one is known (for the upper part's task).
+    pub ceiling: Option<String>,
+    /// Probes sent.
+    pub probes: usize,
+}
+
+/// Finds where to cut the unread part of a range that has been read up to `after`
+/// (included) and ends at `end` (excluded), roughly in the middle by key value.
+/// `ceiling` is a PartitionKey no key was seen to reach, if known. `None` when the
+/// remainder holds no key to cut at.
+pub async fn find_split(
+    probe: &dyn KeyProbe,
+    after: &EntityKey,
+    end: Option<&EntityKey>,
+    ceiling: Option<&str>,
+) -> tablevault_azure::Result<Option<Split>> {
+    let mut p = Prober { probe, sent: 0 };
+    let mut learned = ceiling.map(str::to_string);
+    let next = p
+        .ask(Probe::NextPartition {
+            after: &after.pk,
+            end,
+        })
+        .await?;
+    let at = match next {
+        Some(next) => {
+            // Another partition follows: cut between partitions.
+            let across = Dimension::Partitions { end };
+            let hi = match (end, learned.as_deref()) {
+                (Some(e), _) => Some(e.pk.clone()),
+                (None, Some(c)) if cmp_keys(c, &next.pk).is_gt() => Some(c.to_string()),
+                (None, _) => {
+                    learned = find_ceiling(&mut p, &across, &next.pk).await?;
+                    learned.clone()
+                }
+            };
+            let pk = bisect(&mut p, &across, &next.pk, hi)
+                .await?
+                .unwrap_or(next.pk);
+            EntityKey::partition_start(pk)
+        }
+        None => {
+            // Only the rest of the current partition is left (and, at most, the head of
+            // the end's, which stays with this task).
+            let below = end.filter(|e| e.pk == after.pk).map(|e| e.rk.as_str());
+            let inside = Dimension::Rows {
+                partition: &after.pk,
+                below,
+            };
+            let hi = match below {
+                Some(b) => Some(b.to_string()),
+                None => {
+                    let Some(first) = p
+                        .ask(Probe::Row {
+                            partition: &after.pk,
+                            from: &after.rk,
+                            exclusive: true,
+                            below: None,
+                        })
+                        .await?
+                    else {
+                        return Ok(None);
+                    };
+                    find_ceiling(&mut p, &inside, &first.rk).await?
+                }
+            };
+            match bisect(&mut p, &inside, &after.rk, hi).await? {
+                Some(rk) => EntityKey::new(&after.pk, rk),
+                None => return Ok(None),
+            }
+        }
+    };
+    if &at <= after || end.is_some_and(|e| &at >= e) {
+        return Ok(None);
+    }
+    Ok(Some(Split {
+        at,
+        ceiling: learned,
+        probes: p.sent,
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::keys::key_problem;
+    use proptest::prelude::*;
+
+    /// A table as a sorted list of keys.
+    struct Sorted(Vec<EntityKey>);
+
+    impl Sorted {
+        fn new(mut keys: Vec<EntityKey>) -> Self {
+            keys.sort();
+            keys.dedup();
+            Sorted(keys)
+        }
+    }
+
+    #[async_trait]
+    impl KeyProbe for Sorted {
+        async fn first_key(
+            &self,
+            probe: Probe<'_>,
+        ) -> tablevault_azure::Result<Option<EntityKey>> {
+            Ok(self.0.iter().find(|k| probe.matches(k)).cloned())
+        }
+    }
+
+    fn run<T>(f: impl std::future::Future<Output = T>) -> T {
+        tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap()
+            .block_on(f)
+    }
+
+    /// Splits after key `i` and returns the share of the remainder given away.
+    fn share_given_away(t: &Sorted, i: usize, end: Option<&EntityKey>) -> (f64, Split) {
+        let after = &t.0[i];
+        let split = run(find_split(t, after, end, None)).unwrap().expect("a split");
+        assert!(split.at > *after, "{:?} after {after:?}", split.at);
+        assert!(end.is_none_or(|e| split.at < *e));
+        assert!(split.probes <= MAX_PROBES + 2, "{} probes", split.probes);
+        let remainder: Vec<&EntityKey> = t.0[i + 1..]
+            .iter()
+            .filter(|k| end.is_none_or(|e| *k < e))
+            .collect();
+        let above = remainder.iter().filter(|k| ***k >= split.at).count();
+        (above as f64 / remainder.len() as f64, split)
+    }
+
+    fn guid(i: u64) -> String {
+        format!("{:032x}", (i as u128).wrapping_mul(0x9E37_79B9_7F4A_7C15_F39C_C060_5CED_C835))
+    }
+
+    #[test]
+    fn guid_partitions_split_near_the_middle() {
+        let t = Sorted::new((0..20_000).map(|i| EntityKey::new(guid(i), "r")).collect());
+        for i in [999usize, 5_000, 12_000] {
+            let (share, split) = share_given_away(&t, i, None);
+            assert!((0.25..=0.75).contains(&share), "after {i}: {share}");
+            assert!(split.ceiling.is_some(), "an unbounded split learns a ceiling");
+            // With the ceiling known, the next split of the upper part needs fewer probes.
+            let again = run(find_split(&t, &t.0[i], None, split.ceiling.as_deref()))
+                .unwrap()
+                .unwrap();
+            assert!(again.probes < split.probes, "{} < {}", again.probes, split.probes);
+        }
+    }
+
+    #[test]
+    fn sequential_partitions_split_near_the_middle() {
+        let t = Sorted::new(
+            (0..20_000u64)
+                .map(|i| EntityKey::new(format!("customer-{:05}", i / 500), format!("order-{i:010}")))
+                .collect(),
+        );
+        let (share, _) = share_given_away(&t, 999, None);
+        assert!((0.2..=0.8).contains(&share), "{share}");
+        let end = EntityKey::partition_start("customer-00030");
+        let (share, _) = share_given_away(&t, 2_500, Some(&end));
+        assert!((0.2..=0.8).contains(&share), "{share}");
+    }
+
+    #[test]
+    fn one_huge_partition_splits_by_row_key() {
+        let t = Sorted::new(
+            (0..50_000u64)
+                .map(|i| EntityKey::new("tenant", format!("{i:08}")))
+                .collect(),
+        );
+        let (share, split) = share_given_away(&t, 999, None);
+        assert_eq!(split.at.pk, "tenant");
+        assert!((0.2..=0.8).contains(&share), "{share}");
+        let end = EntityKey::new("tenant", "00030000");
+        let (share, _) = share_given_away(&t, 20_000, Some(&end));
+        assert!((0.2..=0.8).contains(&share), "{share}");
+        // GUID RowKeys too.
+        let t = Sorted::new((0..20_000).map(|i| EntityKey::new("p", guid(i))).collect());
+        let (share, _) = share_given_away(&t, 1_000, None);
+        assert!((0.2..=0.8).contains(&share), "{share}");
+    }
+
+    #[test]
+    fn nothing_left_means_no_split() {
+        let t = Sorted::new(vec![EntityKey::new("a", "1"), EntityKey::new("a", "2")]);
+        assert_eq!(run(find_split(&t, &t.0[1], None, None)).unwrap(), None);
+        let end = EntityKey::new("a", "2");
+        assert_eq!(run(find_split(&t, &t.0[0], Some(&end), None)).unwrap(), None);
+    }
+
+    #[test]
+    fn midpoints_fall_between_and_are_legal() {
+        let cases: &[(&str, Option<&str>)] = &[
+            ("a", Some("c")),
+            ("customer-0001", Some("customer-0999")),
+            ("a", None),
+            ("z", None),
+            ("", Some("b")),
+            ("abc", Some("abd")),
+            ("\u{D7FF}", Some("\u{E001}")),
+        ];
+        for (lo, hi) in cases {
+            let m = midpoint(lo, *hi);
+            assert!(cmp_keys(&m, lo).is_ge(), "{m:?} >= {lo:?}");
+            if let Some(h) = hi {
+                assert!(cmp_keys(&m, h).is_lt(), "{m:?} < {h:?}");
+            }
+            assert!(key_problem(&m).is_none(), "{m:?} is a legal key");
+        }
+        assert_eq!(midpoint("a", Some("c")), "b");
+        // Towards the top of the key space the first probe leaves ASCII, but only just: the
+        // alphabet is dense where keys usually are.
+        let top = midpoint("p001", None);
+        assert!(
+            cmp_keys(&top, "~").is_gt() && cmp_keys(&top, "\u{3000}").is_lt(),
+            "{top:?}"
+        );
+        assert!(midpoint("customer-0001", Some("customer-0999")).starts_with("customer-0"));
+    }
+
+    #[test]
+    fn increments_carry_in_rank_space() {
+        assert_eq!(increment("a", 0, 1).as_deref(), Some("b"));
+        assert_eq!(increment("ab", 1, 1).as_deref(), Some("ac"));
+        let carried = increment("a~", 1, 1).unwrap();
+        assert!(
+            cmp_keys(&carried, "a~").is_gt() && cmp_keys(&carried, "b").is_lt(),
+            "{carried:?}"
+        );
+        assert_eq!(increment("\u{FFFD}", 0, 1), None);
+        assert!(cmp_keys(&increment("", 0, 1).unwrap(), "").is_gt());
+    }
+
+    fn key_unit() -> impl Strategy<Value = char> {
+        prop_oneof![
+            4 => prop::char::range('0', '9'),
+            4 => prop::char::range('a', 'f'),
+            1 => Just(' '),
+            1 => Just('~'),
+            1 => Just('\u{E000}'),
+            1 => Just('\u{1F600}'),
+            1 => Just('\u{FFFD}'),
+            1 => prop::char::range('\u{A0}', '\u{3000}'),
+        ]
+    }
+
+    fn key() -> impl Strategy<Value = String> {
+        prop::collection::vec(key_unit(), 0..6).prop_map(|v| v.into_iter().collect())
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(300))]
+        /// Whatever the keys, a cut lies strictly inside the remainder, on a real key, and
+        /// the probes stay bounded.
+        #[test]
+        fn cuts_fall_inside_the_remainder(
+            keys in prop::collection::vec((key(), key()), 2..200),
+            pick in 0usize..1000,
+            end_pick in prop::option::of(0usize..1000),
+            ceiling in prop::option::of(key()),
+        ) {
+            let t = Sorted::new(keys.into_iter().map(|(p, r)| EntityKey::new(p, r)).collect());
+            let after = t.0[pick % t.0.len()].clone();
+            let end = end_pick.map(|e| t.0[e % t.0.len()].clone()).filter(|e| *e > after);
+            let split = run(find_split(&t, &after, end.as_ref(), ceiling.as_deref())).unwrap();
+            let remainder: Vec<&EntityKey> = t.0.iter()
+                .filter(|k| **k > after && end.as_ref().is_none_or(|e| *k < e))
+                .collect();
+            match split {
+                None => prop_assert!(remainder.len() <= 1 || remainder.iter().all(|k| k.pk == after.pk) || remainder.iter().all(|k| k.pk != after.pk),
+                    "no cut although {} keys remain", remainder.len()),
+                Some(s) => {
+                    prop_assert!(s.at > after);
+                    prop_assert!(end.as_ref().is_none_or(|e| s.at < *e));
+                    prop_assert!(remainder.iter().any(|k| **k >= s.at), "the upper part holds a key");
+                    prop_assert!(s.probes <= MAX_PROBES + 2);
+                    prop_assert!(key_problem(&s.at.pk).is_none() && key_problem(&s.at.rk).is_none());
+                }
+            }
+        }
+    }
+}
