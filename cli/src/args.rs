@@ -196,16 +196,22 @@ pub struct BackupArgs {
     #[arg(long, value_delimiter = ',', value_name = "T1,T2")]
     pub tables: Option<Vec<String>>,
     /// PartitionKeys at which to split every table into ranges (comma-separated).
-    /// Without split keys, ranges are discovered by probing each table.
+    /// Without split keys or --ranges, a table the last backup of the account holds is
+    /// cut into ranges of equal entity counts from that backup's block list, and any
+    /// other table starts as one task; workers split large ranges as they scan.
     #[arg(long, value_delimiter = ',', value_name = "K1,K2")]
     pub split_keys: Vec<String>,
     /// A file of split keys, one per line (for keys containing commas).
     #[arg(long, value_name = "FILE")]
     pub split_keys_file: Option<PathBuf>,
-    /// Ranges per table to aim for when discovering them [default: 2 per in-process
-    /// worker, at least 8; 32 with --workers 0].
+    /// Discover this many ranges per table by probing it before the backup starts
+    /// (instead of planning from the last backup).
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..=10_000))]
     pub ranges: Option<u32>,
+    /// Never split a range while scanning it: each planned range is one task to the end
+    /// (for reproducing a plan exactly; balance then depends on the plan alone).
+    #[arg(long)]
+    pub no_split: bool,
     /// Workers to run in this process; 0 only plans and watches while
     /// `tablevault-worker` daemons elsewhere do the work.
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u16).range(0..=1024))]

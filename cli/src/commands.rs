@@ -102,9 +102,9 @@ async fn backup(a: BackupArgs, shutdown: &CancellationToken) -> Result<BackupRep
     let mut req = BackupRequest::new(source.clone());
     req.tables = a.tables.clone();
     req.split_keys = split_keys;
-    req.ranges_per_table = a
-        .ranges
-        .map_or_else(|| default_ranges(a.workers as usize), |r| r as usize);
+    req.ranges_per_table = a.ranges.map(|r| r as usize);
+    req.max_tasks_per_table = default_ranges(a.workers as usize);
+    req.dynamic_split = !a.no_split;
     req.compression = a.compression;
     req.blocks_per_blob = a.blocks_per_blob as usize;
     req.block_bytes = a.block_size as usize;

@@ -12,14 +12,16 @@ use tablevault_azure::table::TableClient;
 use tablevault_core::format::{
     Compression, DEFAULT_BATCH_BYTES, DEFAULT_BLOCK_BYTES, FORMAT_VERSION,
 };
+use tablevault_core::keys::KeyRange;
 use tablevault_core::protocol::{
-    AccountRef, BackupJob, BackupOptions, JobStatus, PROTOCOL_VERSION, PlannedTask, TablePlan,
-    TaskKind, TaskMessage, new_backup_id, now_rfc3339,
+    AccountRef, BackupJob, BackupOptions, JobStatus, Manifest, PROTOCOL_VERSION, PlannedTask,
+    TablePlan, TaskKind, TaskMessage, new_backup_id, now_rfc3339,
 };
 use tablevault_core::stats::WorkerStats;
 use tablevault_core::store::{BackupPaths, CreateOutcome, Store};
 
 use crate::location::Location;
+use crate::plan::previous::{last_complete_backup, ranges_from_previous};
 use crate::plan::{Planning, discover_ranges, normalize_split_keys, ranges_from_split_keys};
 use crate::report::{BackupReport, PoisonReport, TableReport, peak_rss_bytes};
 use crate::state::{JobState, load_job};
@@ -27,9 +29,9 @@ use crate::watch::{Snapshot, WatchOptions, Watched, watch as watch_job};
 use crate::{Error, Result};
 use tablevault_core::job::finalize::{finalize, settle_backup};
 
-/// Ranges per table to discover when the user does not say: two per in-process worker
-/// (at least 8) so no worker waits on a straggler for long; 32 when the workers are
-/// elsewhere and their number is unknown. Each split costs probes, so more is not free.
+/// Most tasks a large table is planned into from its last backup: two per in-process
+/// worker (at least 8) so no worker waits on a straggler for long; 32 when the workers
+/// are elsewhere and their number is unknown. Workers split further as they go.
 pub fn default_ranges(workers: usize) -> usize {
     if workers == 0 {
         32
@@ -45,10 +47,15 @@ pub struct BackupRequest {
     pub source: StorageAccount,
     /// Tables to back up; all tables of the source when `None`.
     pub tables: Option<Vec<String>>,
-    /// PartitionKeys to split every table at; discovery when empty.
+    /// PartitionKeys to split every table at.
     pub split_keys: Vec<String>,
-    /// Ranges per table to aim for when discovering.
-    pub ranges_per_table: usize,
+    /// Ranges per table to discover by probing; `None` plans from the last backup (or
+    /// one task per table) and leaves balance to dynamic splitting.
+    pub ranges_per_table: Option<usize>,
+    /// Most tasks per table when planning from the last backup.
+    pub max_tasks_per_table: usize,
+    /// Whether workers split the unread part of large ranges off to idle workers.
+    pub dynamic_split: bool,
     /// Block compression.
     pub compression: Compression,
     /// Blocks per data blob.
@@ -66,7 +73,9 @@ impl BackupRequest {
             source,
             tables: None,
             split_keys: Vec::new(),
-            ranges_per_table: 32,
+            ranges_per_table: None,
+            max_tasks_per_table: 32,
+            dynamic_split: true,
             compression: Compression::None,
             blocks_per_blob: 20,
             block_bytes: DEFAULT_BLOCK_BYTES,
@@ -115,16 +124,25 @@ async fn resolve_tables(
 /// Cuts one table into ranges.
 async fn plan_table(
     source: &TableClient,
+    store: &Store,
+    previous: Option<&Manifest>,
     name: String,
     split: &[String],
-    ranges_per_table: usize,
+    req: &BackupRequest,
 ) -> Result<TablePlan> {
-    let (ranges, planning) = if split.is_empty() {
-        let (ranges, probes) = discover_ranges(source, &name, ranges_per_table.max(1)).await?;
+    let from_previous = previous.and_then(|m| m.tables.iter().find(|t| t.name == name));
+    let (ranges, planning) = if !split.is_empty() {
+        (ranges_from_split_keys(split), Planning::SplitKeys)
+    } else if let Some(target) = req.ranges_per_table {
+        let (ranges, probes) = discover_ranges(source, &name, target.max(1)).await?;
         tracing::info!(table = %name, ranges = ranges.len(), probes, "discovered ranges");
         (ranges, Planning::Discovered)
+    } else if let Some(t) = from_previous {
+        let ranges = ranges_from_previous(store, t, req.max_tasks_per_table).await?;
+        tracing::info!(table = %name, ranges = ranges.len(), "planned from the last backup");
+        (ranges, Planning::Previous)
     } else {
-        (ranges_from_split_keys(split), Planning::SplitKeys)
+        (vec![KeyRange::all()], Planning::Whole)
     };
     let width = ranges.len().to_string().len().max(4);
     Ok(TablePlan {
@@ -154,19 +172,27 @@ pub async fn plan(req: &BackupRequest, location: &Location) -> Result<BackupJob>
     let source = TableClient::with_options(&req.source, &location.client_options)?;
     let tables = resolve_tables(&source, &req.tables, req.source.name()).await?;
     let split = normalize_split_keys(&req.split_keys)?;
-    let plans: Vec<Result<TablePlan>> = futures::stream::iter(tables)
-        .map(|name| plan_table(&source, name, &split, req.ranges_per_table))
-        .buffered(4)
-        .collect()
-        .await;
+    let store = location.store()?;
+    let account = AccountRef::of(&req.source)?;
+    let previous = if split.is_empty() && req.ranges_per_table.is_none() {
+        last_complete_backup(&store, &account).await?
+    } else {
+        None
+    };
+    let planning: Vec<_> = tables
+        .into_iter()
+        .map(|name| plan_table(&source, &store, previous.as_ref(), name, &split, req))
+        .collect();
+    let plans: Vec<Result<TablePlan>> = futures::stream::iter(planning).buffered(8).collect().await;
     let tables = plans.into_iter().collect::<Result<Vec<_>>>()?;
     let job = BackupJob {
         protocol: PROTOCOL_VERSION,
         format: FORMAT_VERSION,
         backup_id: new_backup_id(),
         created_at: now_rfc3339(),
-        source: AccountRef::of(&req.source)?,
+        source: account,
         options: BackupOptions {
+            dynamic_split: req.dynamic_split,
             compression: req.compression,
             blocks_per_blob: req.blocks_per_blob,
             block_bytes: req.block_bytes,
@@ -177,7 +203,6 @@ pub async fn plan(req: &BackupRequest, location: &Location) -> Result<BackupJob>
         tables,
         tool_version: env!("CARGO_PKG_VERSION").to_string(),
     };
-    let store = location.store()?;
     store.create_container().await?;
     match store
         .create(&BackupPaths::new(&job.backup_id).job(), &job, Vec::new())
@@ -206,6 +231,7 @@ pub fn task_message(
         task: task.task.clone(),
         kind: TaskKind::Backup {
             range: task.range.clone(),
+            ceiling: None,
         },
     }
 }
@@ -270,7 +296,7 @@ impl Watched for BackupWatch {
         }
         Snapshot {
             tasks_done: s.commits().len() as u64,
-            tasks_total: s.job.task_count() as u64,
+            tasks_total: s.task_count() as u64,
             entities,
             bytes,
             poisoned: s.poisoned().len() as u64,
@@ -383,7 +409,7 @@ pub fn report_from_state(state: &JobState, location: &Location, status: JobStatu
         stored_bytes: tables.iter().map(|t| t.stored_bytes).sum(),
         tables,
         tasks_committed: state.commits().len(),
-        tasks_total: state.job.task_count(),
+        tasks_total: state.task_count(),
         poisoned: PoisonReport::sorted(state.poisoned().values()),
         duration_seconds: 0.0,
         entities_per_second: 0.0,
@@ -445,12 +471,11 @@ pub async fn status(
     if what.retry_poisoned && !state.poisoned().is_empty() {
         let queue = location.task_queue()?;
         for (table, task) in state.poisoned().keys() {
-            let planned = job
-                .table(table)
-                .and_then(|t| t.tasks.iter().find(|p| &p.task == task))
-                .ok_or_else(|| {
-                    Error::Internal(format!("poisoned task {table}/{task} is not in the plan"))
-                })?;
+            let planned = state.task(table, task).ok_or_else(|| {
+                Error::Internal(format!(
+                    "poisoned task {table}/{task} is neither planned nor split off by a committed task"
+                ))
+            })?;
             // Queue first, then forget the record, and only the version read: if the new
             // delivery has already been poisoned again, its record stays.
             let path = BackupPaths::new(id).poison(table, task);
@@ -459,7 +484,7 @@ pub async fn status(
             };
             queue
                 .put(
-                    &task_message(&job, &location.container, table, planned).encode(),
+                    &task_message(&job, &location.container, table, &planned).encode(),
                     None,
                 )
                 .await?;

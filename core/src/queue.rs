@@ -43,6 +43,10 @@ pub trait TaskQueue: Send + Sync {
 
     /// The service's approximate message count, invisible messages included.
     async fn approximate_count(&self) -> Result<u64>;
+
+    /// Whether some message is waiting to be claimed (visible now): when none is, idle
+    /// workers may be polling, and a worker with a large range splits it for them.
+    async fn has_waiting(&self) -> Result<bool>;
 }
 
 #[async_trait]
@@ -83,5 +87,9 @@ impl TaskQueue for QueueClient {
 
     async fn approximate_count(&self) -> Result<u64> {
         QueueClient::approximate_count(self).await
+    }
+
+    async fn has_waiting(&self) -> Result<bool> {
+        Ok(!self.peek_messages(1).await?.is_empty())
     }
 }

@@ -64,9 +64,11 @@ impl Probe<'_> {
             })
         };
         let parts: Vec<Filter> = match *self {
-            Probe::NextPartition { after, end } => std::iter::once(Filter::partition_key(Cmp::Gt, after))
-                .chain(end_pk(end))
-                .collect(),
+            Probe::NextPartition { after, end } => {
+                std::iter::once(Filter::partition_key(Cmp::Gt, after))
+                    .chain(end_pk(end))
+                    .collect()
+            }
             Probe::Partition { from, end } => std::iter::once(Filter::partition_key(Cmp::Ge, from))
                 .chain(end_pk(end))
                 .collect(),
@@ -77,7 +79,10 @@ impl Probe<'_> {
                 below,
             } => [
                 Some(Filter::partition_key(Cmp::Eq, partition)),
-                Some(Filter::row_key(if exclusive { Cmp::Gt } else { Cmp::Ge }, from)),
+                Some(Filter::row_key(
+                    if exclusive { Cmp::Gt } else { Cmp::Ge },
+                    from,
+                )),
                 below.map(|b| Filter::row_key(Cmp::Lt, b)),
             ]
             .into_iter()
@@ -148,7 +153,7 @@ impl KeyProbe for TableProbe<'_> {
 }
 
 /// Most probes one split may send.
-pub const MAX_PROBES: usize = 16;
+pub const MAX_PROBES: usize = 24;
 
 /// Code units a probe position is made of, in key order: printable ASCII (less the four
 /// characters keys cannot hold), then anchors spread over the rest of the BMP. Most keys
@@ -305,8 +310,13 @@ fn bump(s: &[u16], pos: usize, steps: usize) -> Option<String> {
 
 /// One dimension to cut in: PartitionKeys (across partitions) or RowKeys (inside one).
 enum Dimension<'a> {
-    Partitions { end: Option<&'a EntityKey> },
-    Rows { partition: &'a str, below: Option<&'a str> },
+    Partitions {
+        end: Option<&'a EntityKey>,
+    },
+    Rows {
+        partition: &'a str,
+        below: Option<&'a str>,
+    },
 }
 
 /// Probes and counts them.
@@ -328,7 +338,10 @@ impl Prober<'_> {
         from: &str,
     ) -> tablevault_azure::Result<Option<String>> {
         Ok(match *dim {
-            Dimension::Partitions { end } => self.ask(Probe::Partition { from, end }).await?.map(|k| k.pk),
+            Dimension::Partitions { end } => self
+                .ask(Probe::Partition { from, end })
+                .await?
+                .map(|k| k.pk),
             Dimension::Rows { partition, below } => self
                 .ask(Probe::Row {
                     partition,
@@ -361,10 +374,11 @@ impl Prober<'_> {
     }
 }
 
-/// Searches a dimension for a value no key reaches, above `lo` (a value that exists): the
-/// longest prefix of `lo` whose successor no key reaches, found by bisecting on the
-/// prefix length; when even the first unit varies, by galloping there. `None` when the
-/// search found no such value within its budget (the top of the key space is used).
+/// Searches a dimension for a value no key reaches, just above the keys that exist
+/// (`lo` is one of them): first the shortest prefix of `lo` whose successor some key
+/// reaches (bisecting on the prefix length), then, at that position, how far up the
+/// alphabet keys go (galloping, then bisecting). `None` when nothing tighter than the top
+/// of the key space was found within the budget.
 async fn find_ceiling(
     p: &mut Prober<'_>,
     dim: &Dimension<'_>,
@@ -377,7 +391,10 @@ async fn find_ceiling(
     // Candidates shrink as the position grows, so "reached" is false up to some
     // position and true from there on.
     let (first, hit) = p.reaches(dim, &units, 0, 1).await?;
-    if !hit {
+    let mut coarse = None;
+    let pos = if hit {
+        0
+    } else {
         let (mut ok, mut ceiling) = (0usize, first);
         let mut reached_at = units.len();
         while reached_at - ok > 1 && p.sent < MAX_PROBES {
@@ -390,14 +407,18 @@ async fn find_ceiling(
                 ceiling = c.or(ceiling);
             }
         }
-        return Ok(ceiling);
-    }
-    // The first unit itself varies: gallop up the alphabet until no key is reached.
+        if reached_at >= units.len() || reached_at - ok > 1 {
+            return Ok(ceiling);
+        }
+        coarse = ceiling;
+        reached_at
+    };
+    // Keys vary at `pos`: gallop up the alphabet there until no key is reached.
     let mut steps = 2usize;
     let mut last_hit = 1usize;
     while p.sent < MAX_PROBES {
-        let (c, hit) = p.reaches(dim, &units, 0, steps).await?;
-        let Some(c) = c else { return Ok(None) };
+        let (c, hit) = p.reaches(dim, &units, pos, steps).await?;
+        let Some(c) = c else { return Ok(coarse) };
         if hit {
             last_hit = steps;
             steps *= 2;
@@ -407,7 +428,7 @@ async fn find_ceiling(
         let (mut hit_at, mut miss_at, mut ceiling) = (last_hit, steps, c);
         while miss_at - hit_at > 1 && p.sent < MAX_PROBES {
             let mid = (hit_at + miss_at) / 2;
-            match p.reaches(dim, &units, 0, mid).await? {
+            match p.reaches(dim, &units, pos, mid).await? {
                 (Some(_), true) => hit_at = mid,
                 (Some(c), false) => {
                     miss_at = mid;
@@ -418,7 +439,7 @@ async fn find_ceiling(
         }
         return Ok(Some(ceiling));
     }
-    Ok(None)
+    Ok(coarse)
 }
 
 /// Bisects a dimension by value between `lo` and `hi` (both exclusive), returning the
@@ -450,24 +471,25 @@ async fn bisect(
 pub struct Split {
     /// Where the upper part starts: strictly after the last key read, before the end.
     pub at: EntityKey,
-    /// A PartitionKey no key reaches, if one is known (for the upper part's task).
-    pub ceiling: Option<String>,
+    /// A position no key reaches, if one is known (for the upper part's task): a
+    /// PartitionKey start, or a key inside the last partition.
+    pub ceiling: Option<EntityKey>,
     /// Probes sent.
     pub probes: usize,
 }
 
 /// Finds where to cut the unread part of a range that has been read up to `after`
 /// (included) and ends at `end` (excluded), roughly in the middle by key value.
-/// `ceiling` is a PartitionKey no key was seen to reach, if known. `None` when the
-/// remainder holds no key to cut at.
+/// `ceiling` is a position no key was seen to reach, if known. `None` when the remainder
+/// holds no key to cut at.
 pub async fn find_split(
     probe: &dyn KeyProbe,
     after: &EntityKey,
     end: Option<&EntityKey>,
-    ceiling: Option<&str>,
+    ceiling: Option<&EntityKey>,
 ) -> tablevault_azure::Result<Option<Split>> {
     let mut p = Prober { probe, sent: 0 };
-    let mut learned = ceiling.map(str::to_string);
+    let mut learned = ceiling.cloned();
     let next = p
         .ask(Probe::NextPartition {
             after: &after.pk,
@@ -478,12 +500,15 @@ pub async fn find_split(
         Some(next) => {
             // Another partition follows: cut between partitions.
             let across = Dimension::Partitions { end };
-            let hi = match (end, learned.as_deref()) {
+            let hi = match (end, &learned) {
                 (Some(e), _) => Some(e.pk.clone()),
-                (None, Some(c)) if cmp_keys(c, &next.pk).is_gt() => Some(c.to_string()),
+                (None, Some(c)) if c.rk.is_empty() && cmp_keys(&c.pk, &next.pk).is_gt() => {
+                    Some(c.pk.clone())
+                }
                 (None, _) => {
-                    learned = find_ceiling(&mut p, &across, &next.pk).await?;
-                    learned.clone()
+                    let found = find_ceiling(&mut p, &across, &next.pk).await?;
+                    learned = found.as_ref().map(EntityKey::partition_start);
+                    found
                 }
             };
             let pk = bisect(&mut p, &across, &next.pk, hi)
@@ -499,9 +524,12 @@ pub async fn find_split(
                 partition: &after.pk,
                 below,
             };
-            let hi = match below {
-                Some(b) => Some(b.to_string()),
-                None => {
+            let hi = match (below, &learned) {
+                (Some(b), _) => Some(b.to_string()),
+                (None, Some(c)) if c.pk == after.pk && cmp_keys(&c.rk, &after.rk).is_gt() => {
+                    Some(c.rk.clone())
+                }
+                (None, _) => {
                     let Some(first) = p
                         .ask(Probe::Row {
                             partition: &after.pk,
@@ -513,7 +541,10 @@ pub async fn find_split(
                     else {
                         return Ok(None);
                     };
-                    find_ceiling(&mut p, &inside, &first.rk).await?
+                    let found = find_ceiling(&mut p, &inside, &first.rk).await?;
+                    // No later partition exists, so nothing reaches (partition, found).
+                    learned = found.as_ref().map(|rk| EntityKey::new(&after.pk, rk));
+                    found
                 }
             };
             match bisect(&mut p, &inside, &after.rk, hi).await? {
@@ -551,10 +582,7 @@ mod tests {
 
     #[async_trait]
     impl KeyProbe for Sorted {
-        async fn first_key(
-            &self,
-            probe: Probe<'_>,
-        ) -> tablevault_azure::Result<Option<EntityKey>> {
+        async fn first_key(&self, probe: Probe<'_>) -> tablevault_azure::Result<Option<EntityKey>> {
             Ok(self.0.iter().find(|k| probe.matches(k)).cloned())
         }
     }
@@ -569,7 +597,9 @@ mod tests {
     /// Splits after key `i` and returns the share of the remainder given away.
     fn share_given_away(t: &Sorted, i: usize, end: Option<&EntityKey>) -> (f64, Split) {
         let after = &t.0[i];
-        let split = run(find_split(t, after, end, None)).unwrap().expect("a split");
+        let split = run(find_split(t, after, end, None))
+            .unwrap()
+            .expect("a split");
         assert!(split.at > *after, "{:?} after {after:?}", split.at);
         assert!(end.is_none_or(|e| split.at < *e));
         assert!(split.probes <= MAX_PROBES + 2, "{} probes", split.probes);
@@ -582,7 +612,10 @@ mod tests {
     }
 
     fn guid(i: u64) -> String {
-        format!("{:032x}", (i as u128).wrapping_mul(0x9E37_79B9_7F4A_7C15_F39C_C060_5CED_C835))
+        format!(
+            "{:032x}",
+            (i as u128).wrapping_mul(0x9E37_79B9_7F4A_7C15_F39C_C060_5CED_C835)
+        )
     }
 
     #[test]
@@ -591,12 +624,20 @@ mod tests {
         for i in [999usize, 5_000, 12_000] {
             let (share, split) = share_given_away(&t, i, None);
             assert!((0.25..=0.75).contains(&share), "after {i}: {share}");
-            assert!(split.ceiling.is_some(), "an unbounded split learns a ceiling");
+            assert!(
+                split.ceiling.is_some(),
+                "an unbounded split learns a ceiling"
+            );
             // With the ceiling known, the next split of the upper part needs fewer probes.
-            let again = run(find_split(&t, &t.0[i], None, split.ceiling.as_deref()))
+            let again = run(find_split(&t, &t.0[i], None, split.ceiling.as_ref()))
                 .unwrap()
                 .unwrap();
-            assert!(again.probes < split.probes, "{} < {}", again.probes, split.probes);
+            assert!(
+                again.probes < split.probes,
+                "{} < {}",
+                again.probes,
+                split.probes
+            );
         }
     }
 
@@ -604,7 +645,9 @@ mod tests {
     fn sequential_partitions_split_near_the_middle() {
         let t = Sorted::new(
             (0..20_000u64)
-                .map(|i| EntityKey::new(format!("customer-{:05}", i / 500), format!("order-{i:010}")))
+                .map(|i| {
+                    EntityKey::new(format!("customer-{:05}", i / 500), format!("order-{i:010}"))
+                })
                 .collect(),
         );
         let (share, _) = share_given_away(&t, 999, None);
@@ -623,7 +666,22 @@ mod tests {
         );
         let (share, split) = share_given_away(&t, 999, None);
         assert_eq!(split.at.pk, "tenant");
-        assert!((0.2..=0.8).contains(&share), "{share}");
+        assert!((0.35..=0.65).contains(&share), "{share}");
+        assert_eq!(
+            split.ceiling.as_ref().map(|c| c.pk.as_str()),
+            Some("tenant")
+        );
+        // The upper part's task cuts again with the ceiling it inherits, fewer probes.
+        let at = t.0.iter().position(|k| *k >= split.at).unwrap();
+        let again = run(find_split(&t, &t.0[at + 999], None, split.ceiling.as_ref()))
+            .unwrap()
+            .unwrap();
+        assert!(
+            again.probes < split.probes,
+            "{} < {}",
+            again.probes,
+            split.probes
+        );
         let end = EntityKey::new("tenant", "00030000");
         let (share, _) = share_given_away(&t, 20_000, Some(&end));
         assert!((0.2..=0.8).contains(&share), "{share}");
@@ -638,7 +696,10 @@ mod tests {
         let t = Sorted::new(vec![EntityKey::new("a", "1"), EntityKey::new("a", "2")]);
         assert_eq!(run(find_split(&t, &t.0[1], None, None)).unwrap(), None);
         let end = EntityKey::new("a", "2");
-        assert_eq!(run(find_split(&t, &t.0[0], Some(&end), None)).unwrap(), None);
+        assert_eq!(
+            run(find_split(&t, &t.0[0], Some(&end), None)).unwrap(),
+            None
+        );
     }
 
     #[test]
@@ -710,12 +771,14 @@ mod tests {
             keys in prop::collection::vec((key(), key()), 2..200),
             pick in 0usize..1000,
             end_pick in prop::option::of(0usize..1000),
-            ceiling in prop::option::of(key()),
+            ceiling in prop::option::of((key(), key())),
         ) {
             let t = Sorted::new(keys.into_iter().map(|(p, r)| EntityKey::new(p, r)).collect());
             let after = t.0[pick % t.0.len()].clone();
             let end = end_pick.map(|e| t.0[e % t.0.len()].clone()).filter(|e| *e > after);
-            let split = run(find_split(&t, &after, end.as_ref(), ceiling.as_deref())).unwrap();
+            // Any ceiling, even a wrong one: it may cost balance, never correctness.
+            let ceiling = ceiling.map(|(p, r)| EntityKey::new(p, r));
+            let split = run(find_split(&t, &after, end.as_ref(), ceiling.as_ref())).unwrap();
             let remainder: Vec<&EntityKey> = t.0.iter()
                 .filter(|k| **k > after && end.as_ref().is_none_or(|e| *k < e))
                 .collect();

@@ -18,6 +18,8 @@ pub struct WorkerStats {
     pub tasks_retried: AtomicU64,
     /// Tasks poisoned.
     pub tasks_poisoned: AtomicU64,
+    /// Tasks split off the unread part of a range for idle workers.
+    pub tasks_split: AtomicU64,
     /// Signalled when a task is finished or poisoned, so a watcher can look at once.
     pub changed: tokio::sync::Notify,
 }

@@ -521,6 +521,16 @@ impl TaskQueue for MemoryQueue {
     async fn approximate_count(&self) -> Result<u64> {
         Ok(self.messages.lock().expect("messages").len() as u64)
     }
+
+    async fn has_waiting(&self) -> Result<bool> {
+        let now = Instant::now();
+        Ok(self
+            .messages
+            .lock()
+            .expect("messages")
+            .iter()
+            .any(|m| m.visible_at <= now))
+    }
 }
 
 /// Kills a process at a chosen protocol step: every storage or queue operation made
@@ -675,5 +685,9 @@ impl TaskQueue for CrashingQueue {
     }
     async fn approximate_count(&self) -> Result<u64> {
         self.inner.approximate_count().await
+    }
+    async fn has_waiting(&self) -> Result<bool> {
+        // A read that changes nothing: not a protocol step a crash could fall before.
+        self.inner.has_waiting().await
     }
 }

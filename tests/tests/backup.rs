@@ -135,6 +135,7 @@ async fn thousands_of_entities_with_split_keys_and_with_discovery() {
     let t = target(&env.account);
     let mut req = backup_of(&env.account, &table);
     req.split_keys = vec!["p003".into(), "p007x".into(), "p010".into(), "zzz".into()];
+    req.dynamic_split = false; // the plan alone decides the ranges here
     let (blobs, manifest) = complete_backup(&req, &t, 3, 3000).await;
     let counts: Vec<u64> = manifest.tables[0]
         .ranges
@@ -148,7 +149,7 @@ async fn thousands_of_entities_with_split_keys_and_with_discovery() {
     // Discovery, aiming for 8 ranges.
     let t = target(&env.account);
     let mut req = backup_of(&env.account, &table);
-    req.ranges_per_table = 8;
+    req.ranges_per_table = Some(8);
     let (blobs, manifest) = complete_backup(&req, &t, 4, 3000).await;
     let ranges = &manifest.tables[0].ranges;
     assert!(
@@ -166,6 +167,163 @@ async fn thousands_of_entities_with_split_keys_and_with_discovery() {
             .collect::<Vec<_>>()
     );
     assert_eq!(read_backup(&blobs, &manifest, &table).await, source);
+}
+
+/// Loads `count` entities with the keys `key(i)` returns (batched by partition).
+async fn load_keys(
+    client: &TableClient,
+    table: &str,
+    count: u64,
+    key: impl Fn(u64) -> (String, String),
+) -> Vec<Entity> {
+    use futures::StreamExt;
+    use tablevault_azure::table::EdmValue;
+    client.create_table(table).await.unwrap();
+    let entities: Vec<Entity> = (0..count)
+        .map(|i| {
+            let (pk, rk) = key(i);
+            Entity::new(pk, rk).with("N", EdmValue::Int64(i as i64))
+        })
+        .collect();
+    let mut by_partition: std::collections::BTreeMap<String, Vec<Entity>> = Default::default();
+    for e in entities {
+        by_partition
+            .entry(e.partition_key.clone())
+            .or_default()
+            .push(e);
+    }
+    let batches: Vec<Vec<tablevault_azure::table::BatchOperation>> = by_partition
+        .into_values()
+        .flat_map(|es| {
+            es.chunks(100)
+                .map(|c| {
+                    c.iter()
+                        .cloned()
+                        .map(tablevault_azure::table::BatchOperation::InsertOrReplace)
+                        .collect()
+                })
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    let mut puts = futures::stream::iter(batches)
+        .map(|ops| async move { client.submit_batch(table, &ops).await })
+        .buffer_unordered(16);
+    while let Some(r) = puts.next().await {
+        r.unwrap();
+    }
+    scan_all(client, table).await
+}
+
+/// One whole-table task to start with (no previous backup, no probes): workers split the
+/// unread part of their ranges while they scan, by PartitionKey and, inside one huge
+/// partition, by RowKey; the committed ranges tile the table, the backup is exact, and
+/// the work is spread.
+#[tokio::test]
+async fn large_ranges_are_split_while_scanning_for_every_key_shape() {
+    let env = TestEnv::start().await;
+    let client = TableClient::new(&env.account).unwrap();
+    let guid = |i: u64| {
+        format!(
+            "{:032x}",
+            (i as u128).wrapping_mul(0x9E37_79B9_7F4A_7C15_F39C_C060_5CED_C835)
+        )
+    };
+    type Shape = (&'static str, u64, Box<dyn Fn(u64) -> (String, String)>);
+    let shapes: Vec<Shape> = vec![
+        ("Guids", 3000, Box::new(move |i| (guid(i), String::new()))),
+        (
+            "Giant",
+            8000,
+            Box::new(|i| ("tenant".to_string(), format!("{i:08}"))),
+        ),
+        (
+            "Skewed",
+            8000,
+            // Zipf-like: a few partitions hold most entities.
+            Box::new(move |i| {
+                let p = ((i as f64 / 8000.0).powi(3) * 60.0) as u64;
+                (guid(p + 1_000_000), format!("{i:06}"))
+            }),
+        ),
+    ];
+    for (table, count, key) in shapes {
+        let source = load_keys(&client, table, count, key).await;
+        assert_eq!(source.len() as u64, count, "{table}");
+        let t = target(&env.account);
+        let req = backup_of(&env.account, table);
+        assert_eq!(req.ranges_per_table, None, "whole-table planning");
+        let (blobs, manifest) = complete_backup(&req, &t, 4, count).await;
+        let job = blobs
+            .backup_job(&manifest.backup_id)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(job.tables[0].tasks.len(), 1, "{table}: planned as one task");
+        assert_eq!(job.tables[0].planning, "whole");
+        let ranges = &manifest.tables[0].ranges;
+        let counts: Vec<u64> = ranges.iter().map(|r| r.entities).collect();
+        // Splits wait for an idle worker to take the last one, so a table of a few
+        // pages is cut a few times; large tables are cut many times.
+        let (min_ranges, max_share) = if count < 5000 { (2, 0.75) } else { (3, 0.65) };
+        assert!(ranges.len() >= min_ranges, "{table}: split into {counts:?}");
+        let largest = *counts.iter().max().unwrap();
+        assert!(
+            largest as f64 <= count as f64 * max_share,
+            "{table}: no task holds most of the table: {counts:?}"
+        );
+        if table == "Giant" {
+            assert!(
+                ranges
+                    .iter()
+                    .any(|r| r.range.start.as_ref().is_some_and(|s| !s.rk.is_empty())),
+                "the one partition was split by RowKey"
+            );
+        }
+        assert_eq!(
+            read_backup(&blobs, &manifest, table).await,
+            source,
+            "{table}"
+        );
+    }
+}
+
+/// The next backup of the same account plans from the last one's block list: several
+/// ranges of about equal entity counts, with no probe.
+#[tokio::test]
+async fn the_next_backup_plans_equal_ranges_from_the_last_one() {
+    let env = TestEnv::start().await;
+    let client = TableClient::new(&env.account).unwrap();
+    let table = "Planned";
+    load_numbered(&client, table, 30, 1000).await;
+    let source = scan_all(&client, table).await;
+    let t = target(&env.account);
+    let mut req = backup_of(&env.account, table);
+    req.block_bytes = 64 * 1024;
+    req.max_tasks_per_table = 3;
+    let (_, first) = complete_backup(&req, &t, 2, 30_000).await;
+    let (blobs, second) = complete_backup(&req, &t, 2, 30_000).await;
+    assert_ne!(first.backup_id, second.backup_id);
+    let job = blobs.backup_job(&second.backup_id).await.unwrap().unwrap();
+    assert_eq!(job.tables[0].planning, "previous-backup");
+    let planned: Vec<u64> = job.tables[0]
+        .tasks
+        .iter()
+        .map(|task| {
+            source
+                .iter()
+                .filter(|e| {
+                    task.range
+                        .contains(&EntityKey::new(&e.partition_key, &e.row_key))
+                })
+                .count() as u64
+        })
+        .collect();
+    assert_eq!(planned.len(), 3, "{planned:?}");
+    assert!(
+        planned.iter().all(|&n| (8_000..=12_000).contains(&n)),
+        "{planned:?}"
+    );
+    assert_eq!(read_backup(&blobs, &second, table).await, source);
 }
 
 #[tokio::test]
@@ -215,7 +373,7 @@ async fn a_killed_worker_is_redone_with_no_duplicate_and_no_loss() {
     let n = source.len();
     let mut req = backup_of(&env.account, &table);
     req.split_keys = vec![]; // discovery finds 2 partitions
-    req.ranges_per_table = 1; // one big task
+    req.ranges_per_table = Some(1); // one big task
     req.block_bytes = 64 * 1024;
     req.blocks_per_blob = 1;
     let job = plan(&req, &t).await.unwrap();
@@ -279,7 +437,7 @@ async fn two_attempts_racing_on_one_task_commit_once() {
     } = numbered("race", 3, 400).await;
     let n = source.len();
     let mut req = backup_of(&env.account, &table);
-    req.ranges_per_table = 1;
+    req.ranges_per_table = Some(1);
     let job = plan(&req, &t).await.unwrap();
     let blobs = store(&t);
     let task = &job.tables[0].tasks[0];
@@ -295,6 +453,7 @@ async fn two_attempts_racing_on_one_task_commit_once() {
         shutdown: CancellationToken::new(),
         stats: &stats,
         worker: "test",
+        splitting: None,
     };
     let (first, second) = (attempt(), attempt());
     let (x, y) = tokio::join!(first.run(), second.run());
@@ -443,6 +602,7 @@ async fn malformed_foreign_and_stale_messages_lose_nothing() {
         task: "r0000".into(),
         kind: TaskKind::Backup {
             range: Default::default(),
+            ceiling: None,
         },
     };
     queue
@@ -487,7 +647,7 @@ async fn a_restarted_coordinator_finishes_the_job() {
     } = numbered("restart", 10, 200).await;
     let n = source.len();
     let mut req = backup_of(&env.account, &table);
-    req.ranges_per_table = 10;
+    req.ranges_per_table = Some(10);
     let mut opts = watch_opts(1, &env.account);
     let stop = CancellationToken::new();
     opts.shutdown = stop.clone();

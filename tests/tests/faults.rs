@@ -82,7 +82,7 @@ async fn backup_and_restore_under_faults(
     };
     let started = Instant::now();
     let mut req = backup_of(&account, &table);
-    req.ranges_per_table = 6;
+    req.ranges_per_table = Some(6);
     req.block_bytes = 64 * 1024;
     req.blocks_per_blob = 2;
     let backup = run_backup(&req, &t, &watch_opts(3, &account))

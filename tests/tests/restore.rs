@@ -92,7 +92,7 @@ async fn thousands_of_entities_restore_per_block_and_per_blob() {
     let mut req = backup_of(&env.account, &table);
     req.block_bytes = 64 * 1024;
     req.blocks_per_blob = 3;
-    req.ranges_per_table = 4;
+    req.ranges_per_table = Some(4);
     let backup = run_backup(&req, &t, &watch_opts(2, &env.account))
         .await
         .unwrap();
@@ -289,7 +289,7 @@ async fn a_killed_worker_mid_restore_is_redone() {
         t,
     } = numbered("kill", 20, 100).await;
     let mut req = backup_of(&env.account, &table);
-    req.ranges_per_table = 1;
+    req.ranges_per_table = Some(1);
     let backup = run_backup(&req, &t, &watch_opts(1, &env.account))
         .await
         .unwrap();
@@ -334,6 +334,7 @@ async fn a_corrupt_block_is_reported_and_nothing_from_it_is_written() {
         t,
     } = numbered("corrupt", 4, 250).await;
     let mut req = backup_of(&env.account, &table);
+    req.ranges_per_table = Some(4);
     req.block_bytes = 64 * 1024;
     req.blocks_per_blob = 1;
     req.compression = Compression::Zstd;

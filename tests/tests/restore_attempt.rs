@@ -58,6 +58,7 @@ async fn backed_up(entities: Vec<Entity>) -> (Store, CommitRecord) {
         started_at: String::new(),
         finished_at: String::new(),
         worker: "w".into(),
+        split_off: Vec::new(),
     };
     (store, commit)
 }

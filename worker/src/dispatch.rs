@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tablevault_core::job::finalize::settle_backup;
-use tablevault_core::keys::KeyRange;
+use tablevault_core::keys::{EntityKey, KeyRange};
 use tablevault_core::protocol::{
     BackupJob, CommitRecord, RestoreJob, TaskKind, TaskMessage, last_error,
 };
@@ -17,7 +17,7 @@ use tablevault_core::store::{BackupPaths, Store, StoreError};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use crate::attempt::backup::{BackupAttempt, BackupOutcome};
+use crate::attempt::backup::{BackupAttempt, BackupOutcome, Splitting};
 use crate::attempt::restore::{RestoreAttempt, RestoreOutcome};
 use crate::lease::Lease;
 use crate::settle::PoisonTarget;
@@ -28,6 +28,7 @@ enum Work {
     Backup {
         job: Arc<BackupJob>,
         range: KeyRange,
+        ceiling: Option<EntityKey>,
     },
     Restore {
         job: Arc<RestoreJob>,
@@ -141,20 +142,20 @@ impl Worker {
     ) -> Result<Option<Resolved>, StoreError> {
         let paths = BackupPaths::new(&task.job);
         Ok(match &task.kind {
-            TaskKind::Backup { range } => {
-                self.jobs
-                    .backup_job(store, &task.job)
-                    .await?
-                    .map(|job| Resolved {
-                        heartbeats: paths.heartbeats_root(),
-                        done: paths.commit(&task.table, &task.task),
-                        poison: paths.poison(&task.table, &task.task),
-                        work: Work::Backup {
-                            range: range.clone(),
-                            job,
-                        },
-                    })
-            }
+            TaskKind::Backup { range, ceiling } => self
+                .jobs
+                .backup_job(store, &task.job)
+                .await?
+                .map(|job| Resolved {
+                    heartbeats: paths.heartbeats_root(),
+                    done: paths.commit(&task.table, &task.task),
+                    poison: paths.poison(&task.table, &task.task),
+                    work: Work::Backup {
+                        range: range.clone(),
+                        ceiling: ceiling.clone(),
+                        job,
+                    },
+                }),
             TaskKind::Restore {
                 restore,
                 source_table,
@@ -287,7 +288,11 @@ impl Worker {
             &self.identity,
         );
         let outcome = match &resolved.work {
-            Work::Backup { job, range } => {
+            Work::Backup {
+                job,
+                range,
+                ceiling,
+            } => {
                 let Some(source) = self
                     .jobs
                     .table_client(&self.config.sources, &job.source, None)
@@ -308,6 +313,11 @@ impl Worker {
                     shutdown: shutdown.clone(),
                     stats: &self.stats,
                     worker: &self.identity,
+                    splitting: job.options.dynamic_split.then(|| Splitting {
+                        queue: self.settler.queue(),
+                        container: &task.container,
+                        ceiling: ceiling.as_ref(),
+                    }),
                 };
                 let outcome = attempt.run().await;
                 if matches!(outcome, Ok(BackupOutcome::Committed { .. })) {

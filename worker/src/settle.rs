@@ -263,6 +263,7 @@ mod tests {
                 task: "r0000".into(),
                 kind: TaskKind::Backup {
                     range: KeyRange::all(),
+                    ceiling: None,
                 },
             },
         }

@@ -245,6 +245,7 @@ mod tests {
             task: "r0000".into(),
             kind: TaskKind::Backup {
                 range: KeyRange::all(),
+                ceiling: None,
             },
         };
         queue.put(&stale.encode(), None).await.unwrap();
@@ -303,6 +304,7 @@ mod tests {
             started_at: String::new(),
             finished_at: String::new(),
             worker: String::new(),
+            split_off: Vec::new(),
         };
         store
             .overwrite(&paths.commit("Src", "r0000"), &commit)

@@ -40,6 +40,7 @@ pub(crate) async fn fakes() -> Fakes {
         created_at: now_rfc3339(),
         source: AccountRef::of(&location.account).unwrap(),
         options: BackupOptions {
+            dynamic_split: false,
             compression: Compression::Zstd,
             blocks_per_blob: 20,
             block_bytes: DEFAULT_BLOCK_BYTES,

@@ -1,10 +1,16 @@
-//! Range planning: cuts a table's key space into PartitionKey ranges, one task each.
+//! Range planning: cuts a table's key space into ranges, one task each. Planning only
+//! sets where work starts; workers split what turns out large while they scan
+//! (`tablevault_core::split`), so no plan has to be right about sizes.
 //!
 //! * Split keys given by the user are sorted in the service's order (UTF-16 code units),
 //!   deduplicated and validated (here).
-//! * Without them, the key space is discovered by probing ([`discover_ranges`]).
+//! * With `--ranges N`, the key space is discovered by probing ([`discover_ranges`]).
+//! * Otherwise a table the last backup of the account holds is cut into ranges of equal
+//!   entity counts from that backup's block list ([`previous`]), with no probe; any
+//!   other table is one task.
 
 mod discover;
+pub mod previous;
 
 pub use discover::discover_ranges;
 
@@ -19,6 +25,10 @@ pub enum Planning {
     SplitKeys,
     /// By probing the table.
     Discovered,
+    /// From the block list of the last backup.
+    Previous,
+    /// One task for the whole table (workers split it as they go).
+    Whole,
 }
 
 impl Planning {
@@ -27,6 +37,8 @@ impl Planning {
         match self {
             Planning::SplitKeys => "split-keys",
             Planning::Discovered => "discovered",
+            Planning::Previous => "previous-backup",
+            Planning::Whole => "whole",
         }
     }
 }

@@ -11,7 +11,7 @@ use std::collections::HashMap;
 use serde::de::DeserializeOwned;
 
 use crate::keys::{KeyRange, find_tiling};
-use crate::protocol::{BackupJob, CommitRecord, PoisonRecord};
+use crate::protocol::{BackupJob, CommitRecord, PlannedTask, PoisonRecord};
 use crate::store::{BackupPaths, RecordKey, Result, Store};
 
 /// The records tasks of one job left: what finished, what was given up.
@@ -107,18 +107,52 @@ impl BackupState {
             .all(|t| self.tiling(&t.name).is_some())
     }
 
-    /// Planned tasks that are neither committed nor poisoned.
-    pub fn outstanding(&self) -> Vec<RecordKey> {
-        let mut out = Vec::new();
-        for t in &self.job.tables {
-            for task in &t.tasks {
-                let key = (t.name.clone(), task.task.clone());
-                if !self.commits().contains_key(&key) && !self.poisoned().contains_key(&key) {
-                    out.push(key);
-                }
-            }
+    /// Every task known so far: the planned ones, and those the committed ones split off
+    /// (dynamic splitting), as (table, task).
+    pub fn known_tasks(&self) -> Vec<(String, PlannedTask)> {
+        let mut out: Vec<(String, PlannedTask)> = self
+            .job
+            .tables
+            .iter()
+            .flat_map(|t| t.tasks.iter().map(|task| (t.name.clone(), task.clone())))
+            .collect();
+        for c in self.commits().values() {
+            out.extend(c.split_off.iter().map(|t| (c.table.clone(), t.clone())));
         }
         out
+    }
+
+    /// A known task by table and id.
+    pub fn task(&self, table: &str, task: &str) -> Option<PlannedTask> {
+        self.known_tasks()
+            .into_iter()
+            .find(|(t, p)| t == table && p.task == task)
+            .map(|(_, p)| p)
+    }
+
+    /// Known tasks (planned or split off) that are neither committed nor poisoned.
+    pub fn outstanding(&self) -> Vec<RecordKey> {
+        let mut out: Vec<RecordKey> = self
+            .known_tasks()
+            .into_iter()
+            .map(|(table, task)| (table, task.task))
+            .filter(|key| !self.commits().contains_key(key) && !self.poisoned().contains_key(key))
+            .collect();
+        out.sort();
+        out.dedup();
+        out
+    }
+
+    /// Tasks known so far: planned, and split off by committed tasks.
+    pub fn task_count(&self) -> usize {
+        let mut keys: Vec<RecordKey> = self
+            .known_tasks()
+            .into_iter()
+            .map(|(table, task)| (table, task.task))
+            .collect();
+        keys.sort();
+        keys.dedup();
+        keys.len()
     }
 
     /// Entities in committed tasks.
@@ -129,5 +163,114 @@ impl BackupState {
     /// Stored bytes of committed tasks.
     pub fn committed_bytes(&self) -> u64 {
         self.commits().values().map(|c| c.stored_bytes).sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::format::{Compression, FORMAT_VERSION};
+    use crate::keys::EntityKey;
+    use crate::protocol::{AccountRef, BackupOptions, TablePlan};
+
+    fn commit(task: &str, range: KeyRange, split_off: Vec<PlannedTask>) -> CommitRecord {
+        CommitRecord {
+            format: FORMAT_VERSION,
+            job: "j".into(),
+            table: "T".into(),
+            task: task.into(),
+            attempt: "a".into(),
+            range,
+            entities: 1,
+            raw_bytes: 0,
+            stored_bytes: 0,
+            blobs: Vec::new(),
+            started_at: String::new(),
+            finished_at: String::new(),
+            worker: String::new(),
+            split_off,
+        }
+    }
+
+    /// A task that split off part of its range is not the end of the story: the job is
+    /// outstanding until the split-off tasks (and theirs) commit, and then complete.
+    #[test]
+    fn split_off_tasks_are_outstanding_until_committed() {
+        let k = |s: &str| Some(EntityKey::partition_start(s));
+        let job = BackupJob {
+            protocol: 1,
+            format: FORMAT_VERSION,
+            backup_id: "j".into(),
+            created_at: String::new(),
+            source: AccountRef {
+                account: "a".into(),
+                table_endpoint: "e".into(),
+            },
+            options: BackupOptions {
+                dynamic_split: true,
+                compression: Compression::None,
+                blocks_per_blob: 1,
+                block_bytes: 1,
+                batch_bytes: 1,
+                max_attempts: 1,
+                queue: "q".into(),
+            },
+            tables: vec![TablePlan {
+                name: "T".into(),
+                planning: "whole".into(),
+                tasks: vec![PlannedTask {
+                    task: "r0000".into(),
+                    range: KeyRange::all(),
+                }],
+            }],
+            tool_version: String::new(),
+        };
+        let mut state = BackupState::new(job);
+        assert_eq!(state.outstanding(), vec![("T".into(), "r0000".into())]);
+        let upper = PlannedTask {
+            task: "s1".into(),
+            range: KeyRange::new(k("m"), None),
+        };
+        let middle = PlannedTask {
+            task: "s2".into(),
+            range: KeyRange::new(k("f"), k("m")),
+        };
+        state.records.done.insert(
+            ("T".into(), "r0000".into()),
+            commit(
+                "r0000",
+                KeyRange::new(None, k("f")),
+                vec![middle.clone(), upper.clone()],
+            ),
+        );
+        assert_eq!(state.task_count(), 3);
+        assert_eq!(
+            state.outstanding(),
+            vec![("T".into(), "s1".into()), ("T".into(), "s2".into())]
+        );
+        assert!(!state.is_complete());
+        assert_eq!(state.task("T", "s2"), Some(middle.clone()));
+        // s1 splits again; its piece is outstanding in turn.
+        let top = PlannedTask {
+            task: "s3".into(),
+            range: KeyRange::new(k("t"), None),
+        };
+        state.records.done.insert(
+            ("T".into(), "s1".into()),
+            commit("s1", KeyRange::new(k("m"), k("t")), vec![top.clone()]),
+        );
+        state.records.done.insert(
+            ("T".into(), "s2".into()),
+            commit("s2", middle.range, vec![]),
+        );
+        assert_eq!(state.outstanding(), vec![("T".into(), "s3".into())]);
+        assert!(!state.is_complete());
+        state
+            .records
+            .done
+            .insert(("T".into(), "s3".into()), commit("s3", top.range, vec![]));
+        assert!(state.outstanding().is_empty());
+        assert!(state.is_complete());
+        assert_eq!(state.tiling("T").unwrap().len(), 4);
     }
 }

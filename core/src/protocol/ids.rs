@@ -41,6 +41,20 @@ pub fn is_valid_backup_id(id: &str) -> bool {
         && !id.starts_with('.')
 }
 
+/// The id of a task split off from another: the same range of the same table always gets
+/// the same id, so a split repeated by a redelivered attempt is a harmless duplicate, and
+/// different ranges never share a commit record.
+pub fn split_task_id(table: &str, range: &crate::keys::KeyRange) -> String {
+    use sha2::{Digest, Sha256};
+    let mut h = Sha256::new();
+    h.update(table.as_bytes());
+    h.update([0]);
+    h.update(serde_json::to_vec(range).expect("ranges serialize"));
+    let digest = h.finalize();
+    let hex: String = digest[..10].iter().map(|b| format!("{b:02x}")).collect();
+    format!("s{hex}")
+}
+
 /// `host/pid`, to say which worker did something.
 pub fn worker_identity() -> String {
     let host = std::fs::read_to_string("/proc/sys/kernel/hostname")

@@ -16,6 +16,11 @@ pub enum TaskKind {
     Backup {
         /// The range.
         range: KeyRange,
+        /// A position no key of the table reached when the task was made (learned by the
+        /// worker that split it off): where to cut the range again without searching for
+        /// the table's end. Only a hint for balance; never for correctness.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        ceiling: Option<crate::keys::EntityKey>,
     },
     /// Replay one data blob, or one block of it, into a table. The message names the
     /// target table (`table`); the rest comes from the backup's records.
@@ -201,6 +206,7 @@ mod tests {
             task: "r0003".into(),
             kind: TaskKind::Backup {
                 range: KeyRange::new(Some(EntityKey::new("a<&>'\"\u{0}", "")), None),
+                ceiling: Some(EntityKey::partition_start("z")),
             },
         }
     }

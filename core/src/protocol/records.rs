@@ -36,6 +36,10 @@ impl AccountRef {
 /// Backup settings every worker must apply the same way.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BackupOptions {
+    /// Whether workers split the unread part of a large range off to idle workers.
+    /// Absent (false) in jobs of older planners.
+    #[serde(default)]
+    pub dynamic_split: bool,
     /// Block compression.
     pub compression: Compression,
     /// Blocks per data blob (under 50,000).
@@ -346,6 +350,11 @@ pub struct CommitRecord {
     pub finished_at: String,
     /// Which worker ran it (host and process).
     pub worker: String,
+    /// Tasks this attempt put on the queue for the upper parts of the task's range it did
+    /// not read itself (dynamic splitting): `range` ends where the first of them starts.
+    /// Their commits, and those of the tasks they split off in turn, complete the task.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub split_off: Vec<PlannedTask>,
 }
 
 /// `poison/<table>/<task>.json`: why a task was given up.

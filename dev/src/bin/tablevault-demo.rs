@@ -111,7 +111,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let mut req = BackupRequest::new(account.clone());
     req.tables = Some(vec![DEMO_TABLE.into()]);
     req.compression = Compression::Zstd;
-    req.ranges_per_table = default_ranges(workers);
+    req.max_tasks_per_table = default_ranges(workers);
     let backup = run_backup(&req, &location, &watch("backup")).await?;
     if !json {
         print_backup(&backup);

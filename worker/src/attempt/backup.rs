@@ -4,12 +4,26 @@
 //!
 //! The scan runs one page ahead of packing and uploading, so the source is read while
 //! blocks go out; memory stays at a page or two plus a few blocks.
+//!
+//! While it scans, an attempt that finds no task waiting on the queue (so workers may be
+//! idle) cuts the part of its range it has not read yet in two and puts the upper part on
+//! the queue as a new task ([`tablevault_core::split`]); it then stops where that part
+//! starts. Its commit record names the range it read and the tasks it split off, so the
+//! committed ranges still tile the table exactly.
 
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 use tablevault_azure::table::{EntityPage, Query, TableClient};
 use tablevault_core::format::{FORMAT_VERSION, Packer, PackerConfig};
 use tablevault_core::job::finalize::{RANGE_METADATA, range_metadata};
+
 use tablevault_core::keys::{EntityKey, KeyRange};
-use tablevault_core::protocol::{BackupJob, CommitRecord, now_rfc3339};
+use tablevault_core::protocol::{
+    BackupJob, CommitRecord, PROTOCOL_VERSION, PlannedTask, TaskKind, TaskMessage, now_rfc3339,
+    split_task_id,
+};
+use tablevault_core::queue::TaskQueue;
+use tablevault_core::split::{TableProbe, find_split};
 use tablevault_core::stats::WorkerStats;
 use tablevault_core::store::{BackupPaths, BlockWriter, CreateOutcome, Store, StoreError};
 use tokio::sync::mpsc;
@@ -52,6 +66,29 @@ pub struct BackupAttempt<'a> {
     pub stats: &'a WorkerStats,
     /// Who we are, for the record.
     pub worker: &'a str,
+    /// Where split-off tasks go; `None` never splits.
+    pub splitting: Option<Splitting<'a>>,
+}
+
+/// What an attempt needs to split its range.
+pub struct Splitting<'a> {
+    /// The task queue.
+    pub queue: &'a Arc<dyn TaskQueue>,
+    /// The container holding the job (for the new tasks' messages).
+    pub container: &'a str,
+    /// A position no key reaches, from the task's message.
+    pub ceiling: Option<&'a EntityKey>,
+}
+
+/// Least time between two looks at the queue for idle workers.
+const SPLIT_CHECK_INTERVAL: Duration = Duration::from_millis(200);
+
+/// What a scan covered.
+struct Scanned {
+    /// Where the scan stopped: the range's end, or where the first split-off task starts.
+    end: Option<EntityKey>,
+    /// Tasks split off, upper parts first.
+    split_off: Vec<PlannedTask>,
 }
 
 impl BackupAttempt<'_> {
@@ -78,10 +115,13 @@ impl BackupAttempt<'_> {
             options.blocks_per_blob,
         );
         let started_at = now_rfc3339();
-        if let Err(e) = self.scan_into(&mut writer).await {
-            writer.abandon().await;
-            return Err(e);
-        }
+        let scanned = match self.scan_into(&mut writer).await {
+            Ok(s) => s,
+            Err(e) => {
+                writer.abandon().await;
+                return Err(e);
+            }
+        };
         if let Err(e) = self.check_stop() {
             writer.abandon().await;
             return Err(e);
@@ -100,7 +140,7 @@ impl BackupAttempt<'_> {
             table: self.table.to_string(),
             task: self.task.to_string(),
             attempt,
-            range: self.range.clone(),
+            range: KeyRange::new(self.range.start.clone(), scanned.end),
             entities: blobs.iter().map(|b| b.entities).sum(),
             raw_bytes: blobs
                 .iter()
@@ -112,6 +152,7 @@ impl BackupAttempt<'_> {
             started_at,
             finished_at: now_rfc3339(),
             worker: self.worker.to_string(),
+            split_off: scanned.split_off,
         };
         if let Err(e) = self.check_stop() {
             self.store.delete_unreferenced(&blob_names(&record)).await;
@@ -120,8 +161,57 @@ impl BackupAttempt<'_> {
         commit(self.store, &paths, &record).await
     }
 
-    /// Scans every segment of the range in key order into the writer.
-    async fn scan_into(&self, writer: &mut BlockWriter) -> Result<(), TaskError> {
+    /// Cuts the unread part of the range (after `after`, before `end`) in two if no task
+    /// waits on the queue, and puts the upper part there. Returns the new task. Splitting
+    /// only speeds things up, so any failure just means no split.
+    async fn try_split(
+        &self,
+        splitting: &Splitting<'_>,
+        after: &EntityKey,
+        end: Option<&EntityKey>,
+    ) -> Option<PlannedTask> {
+        if splitting.queue.has_waiting().await.unwrap_or(true) {
+            return None;
+        }
+        let probe = TableProbe {
+            client: self.source,
+            table: self.table,
+        };
+        let split = match find_split(&probe, after, end, splitting.ceiling).await {
+            Ok(Some(s)) => s,
+            Ok(None) => return None,
+            Err(e) => {
+                tracing::debug!(error = %e, "could not probe for a split point; not splitting");
+                return None;
+            }
+        };
+        let range = KeyRange::new(Some(split.at.clone()), end.cloned());
+        let task = split_task_id(self.table, &range);
+        let message = TaskMessage {
+            v: PROTOCOL_VERSION,
+            container: splitting.container.to_string(),
+            job: self.job.backup_id.clone(),
+            table: self.table.to_string(),
+            task: task.clone(),
+            kind: TaskKind::Backup {
+                range: range.clone(),
+                ceiling: split.ceiling,
+            },
+        };
+        // A put that failed may still have landed: then the new task only repeats part
+        // of this one, and whichever commits are used, the tiling is exact.
+        if let Err(e) = splitting.queue.put(&message.encode(), None).await {
+            tracing::debug!(error = %e, "could not queue a split-off task; not splitting");
+            return None;
+        }
+        tracing::info!(at = %split.at, task = %task, probes = split.probes, "split the unread part of the range off to another worker");
+        WorkerStats::add(&self.stats.tasks_split, 1);
+        Some(PlannedTask { task, range })
+    }
+
+    /// Scans every segment of the range in key order into the writer, splitting off
+    /// the unread part when workers may be idle.
+    async fn scan_into(&self, writer: &mut BlockWriter) -> Result<Scanned, TaskError> {
         let options = &self.job.options;
         let mut packer = Packer::new(PackerConfig {
             table: self.table.to_string(),
@@ -155,7 +245,10 @@ impl BackupAttempt<'_> {
         });
         let result = async {
             let mut previous: Option<EntityKey> = None;
-            loop {
+            let mut end = self.range.end.clone();
+            let mut split_off = Vec::new();
+            let mut last_look: Option<Instant> = None;
+            'pages: loop {
                 let page = tokio::select! {
                     page = rx.recv() => page,
                     _ = self.lost.cancelled() => return Err(TaskError::Lost),
@@ -164,9 +257,16 @@ impl BackupAttempt<'_> {
                 let Some(page) = page else { break };
                 let page = page?;
                 WorkerStats::add(&self.stats.read_bytes, page.response_bytes as u64);
-                let count = page.entities.len() as u64;
+                let full = !page.entities.is_empty() && page.continuation.is_some();
+                let mut count = 0u64;
                 for entity in page.entities {
                     let key = EntityKey::new(&entity.partition_key, &entity.row_key);
+                    if end.as_ref().is_some_and(|e| &key >= e) {
+                        // The rest belongs to a task split off.
+                        WorkerStats::add(&self.stats.entities, count);
+                        break 'pages;
+                    }
+                    count += 1;
                     if !self.range.contains(&key) || previous.as_ref().is_some_and(|p| &key <= p) {
                         return Err(TaskError::Permanent(format!(
                             "the service returned entity {key} outside the requested range {} or out of order",
@@ -181,12 +281,25 @@ impl BackupAttempt<'_> {
                 }
                 WorkerStats::add(&self.stats.entities, count);
                 self.check_stop()?;
+                // A full page with more to come: worth offering half of the rest to
+                // idle workers, at most every SPLIT_CHECK_INTERVAL.
+                if let (Some(splitting), Some(after), true) = (&self.splitting, &previous, full)
+                    && last_look.is_none_or(|t| t.elapsed() >= SPLIT_CHECK_INTERVAL)
+                {
+                    last_look = Some(Instant::now());
+                    if let Some(task) = self.try_split(splitting, after, end.as_ref()).await {
+                        end = task.range.start.clone();
+                        split_off.push(task);
+                    }
+                }
             }
             for block in packer.finish() {
                 WorkerStats::add(&self.stats.stored_bytes, block.data.len() as u64);
                 writer.add(block).await?;
             }
-            Ok(())
+            // Upper parts were split off first; list them in key order.
+            split_off.reverse();
+            Ok(Scanned { end, split_off })
         }
         .await;
         scanner.abort();
@@ -274,6 +387,7 @@ mod tests {
             started_at: String::new(),
             finished_at: String::new(),
             worker: "w".into(),
+            split_off: Vec::new(),
         }
     }
 
