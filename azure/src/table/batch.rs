@@ -6,7 +6,6 @@
 
 use super::entity::Entity;
 use crate::error::Error;
-use crate::pipeline::encode;
 
 /// Most operations one change set may hold.
 pub const MAX_BATCH_OPERATIONS: usize = 100;
@@ -67,6 +66,19 @@ impl BatchOperation {
 /// this runs the emulator's patterns on the URL it would receive and checks both keys
 /// come out as sent.
 pub fn batch_carries_keys(partition_key: &str, row_key: &str) -> bool {
+    // Keys without a quote, a line terminator (lead byte E2 covers U+2028/U+2029), a
+    // comma or an equals sign are read back as sent: each pattern matches at its own key's
+    // start and runs to the quote that closes it. (A RowKey starting with a comma, or a
+    // PartitionKey ending in `rowkey=`, would form a delimiter with a key's quote.)
+    let plain = |k: &str| {
+        !k.bytes()
+            .any(|b| matches!(b, b'\'' | b'\n' | b'\r' | 0xe2 | b',' | b'='))
+    };
+    (plain(partition_key) && plain(row_key)) || emulator_reads_back(partition_key, row_key)
+}
+
+/// [`batch_carries_keys`] the long way: the emulator's patterns run on the URL.
+fn emulator_reads_back(partition_key: &str, row_key: &str) -> bool {
     let url = format!(
         "PartitionKey='{}',RowKey='{}')",
         partition_key.replace('\'', "''"),
@@ -109,11 +121,47 @@ fn js_lookaround_match<'a>(
 
 /// `table(PartitionKey='..',RowKey='..')` with quotes doubled, then percent-encoded.
 pub(crate) fn entity_path(table: &str, partition_key: &str, row_key: &str) -> String {
-    format!(
-        "{table}(PartitionKey='{}',RowKey='{}')",
-        encode(&partition_key.replace('\'', "''")),
-        encode(&row_key.replace('\'', "''"))
-    )
+    let mut out = String::with_capacity(table.len() + 32 + partition_key.len() + row_key.len());
+    push_entity_path(&mut out, table, partition_key, row_key);
+    out
+}
+
+/// Appends [`entity_path`].
+fn push_entity_path(out: &mut String, table: &str, partition_key: &str, row_key: &str) {
+    out.push_str(table);
+    out.push_str("(PartitionKey='");
+    push_key(out, partition_key);
+    out.push_str("',RowKey='");
+    push_key(out, row_key);
+    out.push_str("')");
+}
+
+/// Appends a key with its quotes doubled, percent-encoded as [`crate::pipeline::encode`]
+/// does (every byte but ASCII letters, digits and `-._~` as `%XX`), so a quote becomes
+/// `%27%27`.
+fn push_key(out: &mut String, key: &str) {
+    const HEX: &[u8; 16] = b"0123456789ABCDEF";
+    out.reserve(key.len());
+    let bytes = key.as_bytes();
+    let mut clean = 0;
+    for (i, &b) in bytes.iter().enumerate() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
+            continue;
+        }
+        // A run of unreserved bytes is ASCII, so it starts and ends on character
+        // boundaries (an empty one may not: it is skipped).
+        if clean < i {
+            out.push_str(&key[clean..i]);
+        }
+        let encoded = [b'%', HEX[usize::from(b >> 4)], HEX[usize::from(b & 0xf)]];
+        let encoded = std::str::from_utf8(&encoded).expect("ASCII");
+        out.push_str(encoded);
+        if b == b'\'' {
+            out.push_str(encoded);
+        }
+        clean = i + 1;
+    }
+    out.push_str(&key[clean..]);
 }
 
 /// Builds the multipart body. `base` is the absolute table endpoint (sub-request URLs must
@@ -125,60 +173,68 @@ pub(crate) fn build_body(
     batch_boundary: &str,
     changeset_boundary: &str,
 ) -> String {
+    const PART_HEADERS: &str =
+        "\r\nContent-Type: application/http\r\nContent-Transfer-Encoding: binary\r\n\r\n";
+    const REQUEST_HEADERS: &str = " HTTP/1.1\r\nAccept: application/json;odata=minimalmetadata\r\nDataServiceVersion: 3.0;\r\n";
     let base = base.trim_end_matches('/');
-    let mut body = String::with_capacity(ops.len() * 512);
-    body.push_str(&format!(
-        "--{batch_boundary}\r\nContent-Type: multipart/mixed; boundary={changeset_boundary}\r\n\r\n"
-    ));
+    let per_op = 2 * changeset_boundary.len() + base.len() + table.len() + 300;
+    let capacity = ops
+        .iter()
+        .map(|op| {
+            let (pk, rk) = op.keys();
+            let json = match op {
+                BatchOperation::Delete { .. } => 0,
+                BatchOperation::Insert(e)
+                | BatchOperation::InsertOrReplace(e)
+                | BatchOperation::InsertOrMerge(e) => e.approx_size(),
+            };
+            per_op + 3 * (pk.len() + rk.len()) + json
+        })
+        .sum::<usize>();
+    let mut body = String::with_capacity(capacity + 4 * batch_boundary.len() + 128);
+    body.push_str("--");
+    body.push_str(batch_boundary);
+    body.push_str("\r\nContent-Type: multipart/mixed; boundary=");
+    body.push_str(changeset_boundary);
+    body.push_str("\r\n\r\n");
     for op in ops {
-        body.push_str(&format!(
-            "--{changeset_boundary}\r\nContent-Type: application/http\r\nContent-Transfer-Encoding: binary\r\n\r\n"
-        ));
-        let (method, url, json) = match op {
-            BatchOperation::Insert(e) => ("POST", format!("{base}/{table}"), Some(e.to_json())),
-            BatchOperation::InsertOrReplace(e) => (
-                "PUT",
-                format!(
-                    "{base}/{}",
-                    entity_path(table, &e.partition_key, &e.row_key)
-                ),
-                Some(e.to_json()),
-            ),
-            BatchOperation::InsertOrMerge(e) => (
-                "MERGE",
-                format!(
-                    "{base}/{}",
-                    entity_path(table, &e.partition_key, &e.row_key)
-                ),
-                Some(e.to_json()),
-            ),
-            BatchOperation::Delete {
-                partition_key,
-                row_key,
-            } => (
-                "DELETE",
-                format!("{base}/{}", entity_path(table, partition_key, row_key)),
-                None,
-            ),
+        body.push_str("--");
+        body.push_str(changeset_boundary);
+        body.push_str(PART_HEADERS);
+        let (method, entity) = match op {
+            BatchOperation::Insert(e) => ("POST", Some(e)),
+            BatchOperation::InsertOrReplace(e) => ("PUT", Some(e)),
+            BatchOperation::InsertOrMerge(e) => ("MERGE", Some(e)),
+            BatchOperation::Delete { .. } => ("DELETE", None),
         };
-        body.push_str(&format!(
-            "{method} {url} HTTP/1.1\r\nAccept: application/json;odata=minimalmetadata\r\nDataServiceVersion: 3.0;\r\n"
-        ));
-        match json {
-            Some(json) => {
+        body.push_str(method);
+        body.push(' ');
+        body.push_str(base);
+        body.push('/');
+        if let BatchOperation::Insert(_) = op {
+            body.push_str(table);
+        } else {
+            let (pk, rk) = op.keys();
+            push_entity_path(&mut body, table, pk, rk);
+        }
+        body.push_str(REQUEST_HEADERS);
+        match entity {
+            Some(e) => {
                 body.push_str(
                     "Content-Type: application/json\r\nPrefer: return-no-content\r\n\r\n",
                 );
                 // One line: Azurite's regex-based parser rejects multi-line sub-request bodies.
-                body.push_str(&json);
+                e.write_json(&mut body);
                 body.push_str("\r\n");
             }
             None => body.push_str("If-Match: *\r\n\r\n"),
         }
     }
-    body.push_str(&format!(
-        "--{changeset_boundary}--\r\n--{batch_boundary}--\r\n"
-    ));
+    body.push_str("--");
+    body.push_str(changeset_boundary);
+    body.push_str("--\r\n--");
+    body.push_str(batch_boundary);
+    body.push_str("--\r\n");
     body
 }
 
@@ -351,6 +407,150 @@ HTTP/1.1 409 Conflict\r\nContent-Type: application/json;odata=minimalmetadata;st
         assert_eq!(e.code(), Some("InvalidInput"));
         let e = check_response("Batch", b"not multipart at all", 1).unwrap_err();
         assert!(matches!(e, Error::InvalidResponse { .. }), "{e}");
+    }
+
+    /// The body as it was built before it was written in place: the reference.
+    fn reference_body(
+        base: &str,
+        table: &str,
+        ops: &[BatchOperation],
+        batch_boundary: &str,
+        changeset_boundary: &str,
+    ) -> String {
+        let path = |pk: &str, rk: &str| {
+            format!(
+                "{table}(PartitionKey='{}',RowKey='{}')",
+                crate::pipeline::encode(&pk.replace('\'', "''")),
+                crate::pipeline::encode(&rk.replace('\'', "''"))
+            )
+        };
+        let base = base.trim_end_matches('/');
+        let mut body = format!(
+            "--{batch_boundary}\r\nContent-Type: multipart/mixed; boundary={changeset_boundary}\r\n\r\n"
+        );
+        for op in ops {
+            body.push_str(&format!(
+                "--{changeset_boundary}\r\nContent-Type: application/http\r\nContent-Transfer-Encoding: binary\r\n\r\n"
+            ));
+            let (method, url, json) = match op {
+                BatchOperation::Insert(e) => ("POST", format!("{base}/{table}"), Some(e.to_json())),
+                BatchOperation::InsertOrReplace(e) => (
+                    "PUT",
+                    format!("{base}/{}", path(&e.partition_key, &e.row_key)),
+                    Some(e.to_json()),
+                ),
+                BatchOperation::InsertOrMerge(e) => (
+                    "MERGE",
+                    format!("{base}/{}", path(&e.partition_key, &e.row_key)),
+                    Some(e.to_json()),
+                ),
+                BatchOperation::Delete {
+                    partition_key,
+                    row_key,
+                } => (
+                    "DELETE",
+                    format!("{base}/{}", path(partition_key, row_key)),
+                    None,
+                ),
+            };
+            body.push_str(&format!(
+                "{method} {url} HTTP/1.1\r\nAccept: application/json;odata=minimalmetadata\r\nDataServiceVersion: 3.0;\r\n"
+            ));
+            match json {
+                Some(json) => {
+                    body.push_str(
+                        "Content-Type: application/json\r\nPrefer: return-no-content\r\n\r\n",
+                    );
+                    body.push_str(&json);
+                    body.push_str("\r\n");
+                }
+                None => body.push_str("If-Match: *\r\n\r\n"),
+            }
+        }
+        body.push_str(&format!(
+            "--{changeset_boundary}--\r\n--{batch_boundary}--\r\n"
+        ));
+        body
+    }
+
+    mod properties {
+        use proptest::prelude::*;
+
+        use super::*;
+
+        fn key() -> impl Strategy<Value = String> {
+            let nasty = prop_oneof![
+                Just('\''),
+                Just(','),
+                Just(')'),
+                Just('='),
+                Just('%'),
+                Just(' '),
+                Just('\n'),
+                Just('\r'),
+                Just('\u{2028}'),
+                Just('\u{2029}'),
+                Just('\u{2027}'),
+                Just('é'),
+            ];
+            let words = prop_oneof![
+                Just("RowKey='".to_string()),
+                Just("rowkey=".to_string()),
+                Just("partitionkey='".to_string()),
+                Just("',".to_string()),
+                Just("')".to_string()),
+            ];
+            proptest::collection::vec(
+                prop_oneof![
+                    3 => any::<char>().prop_map(String::from),
+                    3 => nasty.prop_map(String::from),
+                    1 => words,
+                ],
+                0..8,
+            )
+            .prop_map(|parts| parts.concat())
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(2000))]
+
+            #[test]
+            fn the_quick_key_check_agrees_with_the_emulators_patterns(pk in key(), rk in key()) {
+                prop_assert_eq!(batch_carries_keys(&pk, &rk), emulator_reads_back(&pk, &rk));
+            }
+
+            #[test]
+            fn bodies_are_what_they_were(
+                keys in proptest::collection::vec((key(), key(), 0..4u8), 1..6),
+                s in ".{0,12}",
+                n in any::<i64>(),
+                bits in any::<u64>(),
+            ) {
+                let ops: Vec<BatchOperation> = keys
+                    .into_iter()
+                    .map(|(pk, rk, kind)| {
+                        let e = Entity::new(pk.clone(), rk.clone())
+                            .with(&s, EdmValue::String(s.clone()))
+                            .with("N", EdmValue::Int64(n))
+                            .with("I", EdmValue::Int32(n as i32))
+                            .with("D", EdmValue::Double(f64::from_bits(bits)))
+                            .with("B", EdmValue::Binary(s.clone().into_bytes()));
+                        match kind {
+                            0 => BatchOperation::Insert(e),
+                            1 => BatchOperation::InsertOrReplace(e),
+                            2 => BatchOperation::InsertOrMerge(e),
+                            _ => BatchOperation::Delete { partition_key: pk, row_key: rk },
+                        }
+                    })
+                    .collect();
+                for base in ["http://h:1/acct", "https://a.table.core.windows.net/"] {
+                    prop_assert_eq!(
+                        build_body(base, "Tbl", &ops, "batch_B", "changeset_C"),
+                        reference_body(base, "Tbl", &ops, "batch_B", "changeset_C")
+                    );
+                }
+            }
+        }
     }
 
     #[test]

@@ -12,7 +12,9 @@ use reqwest::Method;
 use serde::Deserialize;
 
 pub use batch::{BatchOperation, MAX_BATCH_BYTES, MAX_BATCH_OPERATIONS, batch_carries_keys};
-pub use entity::{EdmType, EdmValue, Entity, EntityDecodeError, format_double, parse_double};
+pub use entity::{
+    EdmType, EdmValue, Entity, EntityDecodeError, format_double, parse_double, write_double,
+};
 pub use filter::{Cmp, Filter, literal, string_literal};
 pub use pages::Pages;
 
@@ -21,7 +23,6 @@ use crate::config::{ConfigError, StorageAccount};
 use crate::error::{Error, Result};
 use crate::pipeline::Idempotency;
 use crate::pipeline::{ClientOptions, Request, Response, ServiceClient};
-use entity::RawEntity;
 
 /// Most entities the service returns per page.
 pub const MAX_PAGE_SIZE: u32 = 1000;
@@ -106,12 +107,6 @@ struct TableList {
 struct TableItem {
     #[serde(rename = "TableName")]
     name: String,
-}
-
-#[derive(Deserialize)]
-struct PageBody<'a> {
-    #[serde(borrow)]
-    value: Vec<RawEntity<'a>>,
 }
 
 /// A client for the Table service of one account.
@@ -398,26 +393,105 @@ fn parse_page(op: &'static str, resp: Response) -> Result<EntityPage> {
                 .filter(|s| !s.is_empty())
                 .map(str::to_string),
         });
-    let text = std::str::from_utf8(&resp.body)
-        .map_err(|_| Error::invalid_response(op, "entity page is not UTF-8"))?;
-    let page: PageBody<'_> = serde_json::from_str(text)
-        .map_err(|e| Error::invalid_response(op, format!("entity page is not valid JSON: {e}")))?;
-    let entities = page
-        .value
-        .into_iter()
-        .map(RawEntity::decode)
-        .collect::<std::result::Result<Vec<_>, _>>()
-        .map_err(|e| Error::invalid_response(op, e.to_string()))?;
     Ok(EntityPage {
-        entities,
+        entities: decode_page(op, &resp.body)?,
         continuation,
         response_bytes: resp.body.len(),
     })
 }
 
+fn decode_page(op: &'static str, body: &[u8]) -> Result<Vec<Entity>> {
+    let text = std::str::from_utf8(body)
+        .map_err(|_| Error::invalid_response(op, "entity page is not UTF-8"))?;
+    entity::decode_page(text)
+        .map_err(|e| Error::invalid_response(op, format!("entity page is not valid JSON: {e}")))?
+        .map_err(|e| Error::invalid_response(op, e.to_string()))
+}
+
+/// The entities of one Query Entities response body (`{"value":[…]}`, minimal metadata),
+/// decoded exactly as [`TableClient::query_page`] decodes them. For tools and benchmarks
+/// that hold a response body already.
+pub fn entities_from_page_json(body: &[u8]) -> Result<Vec<Entity>> {
+    decode_page("Query Entities", body)
+}
+
+/// The multipart request body of an entity group transaction, exactly as
+/// [`TableClient::submit_batch`] builds it: `endpoint` is the absolute table endpoint,
+/// the boundaries are the batch's and the change set's. For tools and benchmarks.
+pub fn batch_request_body(
+    endpoint: &str,
+    table: &str,
+    ops: &[BatchOperation],
+    batch_boundary: &str,
+    changeset_boundary: &str,
+) -> String {
+    batch::build_body(endpoint, table, ops, batch_boundary, changeset_boundary)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn pages_decode_entity_by_entity_with_json_errors_first() {
+        let page = r#"{"odata.metadata":"m","value":[
+            {"PartitionKey":"p","RowKey":"1","N":1,"S@odata.type":"Edm.String","S":"a\"b"},
+            {"odata.etag":"W/\"x\"","PartitionKey":"p","RowKey":"2","Timestamp":"t"}],
+            "odata.nextLink":{"x":[1,2]}}"#;
+        let entities = entities_from_page_json(page.as_bytes()).unwrap();
+        assert_eq!(
+            entities,
+            vec![
+                Entity::new("p", "1")
+                    .with("N", EdmValue::Int32(1))
+                    .with("S", EdmValue::String("a\"b".into())),
+                {
+                    let mut e = Entity::new("p", "2");
+                    e.etag = Some("W/\"x\"".into());
+                    e.timestamp = Some("t".into());
+                    e
+                }
+            ]
+        );
+        let message = |body: &str| {
+            entities_from_page_json(body.as_bytes())
+                .unwrap_err()
+                .to_string()
+        };
+        assert!(
+            entities_from_page_json(br#"{"value":[]}"#)
+                .unwrap()
+                .is_empty()
+        );
+        let bad_entity =
+            r#"{"value":[{"PartitionKey":"p"},{"PartitionKey":"p","RowKey":"r","X":[]}]}"#;
+        assert!(
+            message(bad_entity).contains("\"RowKey\": missing"),
+            "{}",
+            message(bad_entity)
+        );
+        // A body that is not JSON is reported as such even after an entity that is wrong.
+        let both = r#"{"value":[{"PartitionKey":"p"}],}"#;
+        assert!(
+            message(both).contains("not valid JSON"),
+            "{}",
+            message(both)
+        );
+        for body in [
+            r#"{"values":[]}"#,
+            r#"{"value":[],"value":[]}"#,
+            r#"{"value":{}}"#,
+            r#"{"value":[1]}"#,
+            "[]",
+            r#"{"value":[]} x"#,
+        ] {
+            assert!(
+                message(body).contains("not valid JSON"),
+                "{body}: {}",
+                message(body)
+            );
+        }
+    }
 
     #[test]
     fn table_names() {

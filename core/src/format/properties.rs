@@ -6,7 +6,7 @@
 use proptest::prelude::*;
 use tablevault_azure::table::{EdmValue, Entity};
 
-use super::{Compression, FormatError, MAX_BLOCK_BYTES, Packer, PackerConfig, decode_block};
+use super::{Compression, FormatError, MAX_BLOCK_BYTES, Packer, PackerConfig, block, decode_block};
 use crate::keys::EntityKey;
 
 /// Any string, weighted towards the characters that break naive writers: controls, CR
@@ -107,6 +107,11 @@ fn round_trip(mut input: Vec<Entity>, compression: Compression) -> Vec<Entity> {
         let xml = compression.decompress(&b.data, MAX_BLOCK_BYTES).unwrap();
         assert_eq!(xml.len(), b.raw_len);
         let decoded = decode_block(&xml).unwrap();
+        let text = std::str::from_utf8(&xml).unwrap();
+        // The writer's layout is always read by the fast reader, to what the general
+        // reader makes of it.
+        assert_eq!(block::decode_canonical(text).as_ref(), Some(&decoded));
+        assert_eq!(block::decode_xml(text).as_ref(), Ok(&decoded));
         assert_eq!(decoded.entity_count(), b.entities);
         out.extend(decoded.batches.into_iter().flatten());
     }
@@ -171,8 +176,16 @@ proptest! {
         if let Some(t) = truncate {
             xml.truncate(t.index(xml.len()));
         }
-        match decode_block(&xml) {
+        let decoded = decode_block(&xml);
+        match &decoded {
             Ok(_) | Err(FormatError::Corrupt(_)) | Err(FormatError::UnsupportedVersion(_)) => {}
+        }
+        // The fast reader decides nothing alone: whatever it reads, the general reader
+        // reads the same.
+        if let Ok(text) = std::str::from_utf8(&xml)
+            && let Some(fast) = block::decode_canonical(text)
+        {
+            prop_assert_eq!(block::decode_xml(text), Ok(fast));
         }
     }
 }

@@ -5,6 +5,8 @@
 //! strings are kept verbatim, Binary is decoded base64. Writing always annotates Int64,
 //! Double, DateTime, Guid and Binary so the service cannot guess a type.
 
+use std::fmt::{self, Write as _};
+
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD as BASE64;
 
@@ -130,15 +132,78 @@ impl EdmValue {
 /// round-trip decimal for finite values (`-0.0`, `1e-310`, `1.0`), and the service's words
 /// for the others.
 pub fn format_double(d: f64) -> String {
+    let mut out = String::new();
+    write_double(&mut out, d);
+    out
+}
+
+/// Appends what [`format_double`] returns, without allocating.
+pub fn write_double(out: &mut String, d: f64) {
     if d.is_nan() {
-        "NaN".to_string()
+        out.push_str("NaN");
     } else if d == f64::INFINITY {
-        "Infinity".to_string()
+        out.push_str("Infinity");
     } else if d == f64::NEG_INFINITY {
-        "-Infinity".to_string()
+        out.push_str("-Infinity");
     } else {
-        format!("{d:?}")
+        // Writing to a String cannot fail.
+        let _ = write!(out, "{d:?}");
     }
+}
+
+/// Length of what [`format_double`] returns, without allocating.
+fn double_len(d: f64) -> usize {
+    if d.is_nan() {
+        3
+    } else if d == f64::INFINITY {
+        8
+    } else if d == f64::NEG_INFINITY {
+        9
+    } else {
+        let mut count = CountingWriter(0);
+        let _ = write!(count, "{d:?}");
+        count.0
+    }
+}
+
+/// A `fmt::Write` that only counts bytes.
+struct CountingWriter(usize);
+
+impl fmt::Write for CountingWriter {
+    fn write_str(&mut self, s: &str) -> fmt::Result {
+        self.0 += s.len();
+        Ok(())
+    }
+}
+
+/// Appends an integer in decimal (what `{}` writes), without the formatting machinery.
+fn push_int(out: &mut String, i: i64) {
+    let mut digits = [0u8; 20];
+    let mut n = i.unsigned_abs();
+    let mut at = digits.len();
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    if i < 0 {
+        out.push('-');
+    }
+    out.push_str(std::str::from_utf8(&digits[at..]).expect("ASCII digits"));
+}
+
+/// Number of characters of an integer in decimal, sign included.
+fn decimal_len(i: i64) -> usize {
+    let mut n = i.unsigned_abs();
+    let mut len = usize::from(i < 0) + 1;
+    while n >= 10 {
+        n /= 10;
+        len += 1;
+    }
+    len
 }
 
 /// Parses what [`format_double`] writes, plus the forms the service returns (`INF`, plain
@@ -253,19 +318,12 @@ impl Entity {
         let mut n = 2 + json_str_len("PartitionKey") + 1 + json_str_len(&self.partition_key);
         n += 1 + json_str_len("RowKey") + 1 + json_str_len(&self.row_key);
         for (name, value) in &self.properties {
-            if !matches!(
-                value,
-                EdmValue::String(_) | EdmValue::Boolean(_) | EdmValue::Int32(_)
-            ) {
+            let name_len = json_str_len(name);
+            if annotated(value) {
                 // ,"name@odata.type":"Edm.X"
-                n += 1
-                    + json_str_len(name)
-                    + "@odata.type".len()
-                    + 1
-                    + value.edm_type().name().len()
-                    + 2;
+                n += 1 + name_len + "@odata.type".len() + 1 + value.edm_type().name().len() + 2;
             }
-            n += 1 + json_str_len(name) + 1;
+            n += 1 + name_len + 1;
             n += match value {
                 EdmValue::String(s) | EdmValue::DateTime(s) | EdmValue::Guid(s) => json_str_len(s),
                 EdmValue::Boolean(b) => {
@@ -275,10 +333,10 @@ impl Entity {
                         5
                     }
                 }
-                EdmValue::Int32(i) => i.to_string().len(),
-                EdmValue::Int64(i) => i.to_string().len() + 2,
-                EdmValue::Double(d) if d.is_finite() => format_double(*d).len(),
-                EdmValue::Double(d) => format_double(*d).len() + 2,
+                EdmValue::Int32(i) => decimal_len(i64::from(*i)),
+                EdmValue::Int64(i) => decimal_len(*i) + 2,
+                EdmValue::Double(d) if d.is_finite() => double_len(*d),
+                EdmValue::Double(d) => double_len(*d) + 2,
                 EdmValue::Binary(b) => b.len().div_ceil(3) * 4 + 2,
             };
         }
@@ -290,81 +348,171 @@ impl Entity {
     /// them). The body is one line, as Azurite's batch parser requires.
     pub fn to_json(&self) -> String {
         let mut out = String::with_capacity(self.approx_size());
-        out.push('{');
-        push_json_str(&mut out, "PartitionKey");
-        out.push(':');
-        push_json_str(&mut out, &self.partition_key);
-        out.push(',');
-        push_json_str(&mut out, "RowKey");
-        out.push(':');
-        push_json_str(&mut out, &self.row_key);
+        self.write_json(&mut out);
+        out
+    }
+
+    /// Appends [`to_json`](Self::to_json) to `out`.
+    pub fn write_json(&self, out: &mut String) {
+        out.push_str("{\"PartitionKey\":");
+        push_json_str(out, &self.partition_key);
+        out.push_str(",\"RowKey\":");
+        push_json_str(out, &self.row_key);
         for (name, value) in &self.properties {
-            let annotate = !matches!(
-                value,
-                EdmValue::String(_) | EdmValue::Boolean(_) | EdmValue::Int32(_)
-            );
-            if annotate {
+            if annotated(value) {
+                // The annotation's name is the property's name with a suffix, inside one
+                // JSON string.
                 out.push(',');
-                push_json_str(&mut out, &format!("{name}@odata.type"));
-                out.push(':');
-                push_json_str(&mut out, value.edm_type().name());
+                push_json_str(out, name);
+                out.pop();
+                out.push_str("@odata.type\":\"");
+                out.push_str(value.edm_type().name());
+                out.push('"');
             }
             out.push(',');
-            push_json_str(&mut out, name);
+            push_json_str(out, name);
             out.push(':');
             match value {
                 EdmValue::String(s) | EdmValue::DateTime(s) | EdmValue::Guid(s) => {
-                    push_json_str(&mut out, s)
+                    push_json_str(out, s)
                 }
                 EdmValue::Boolean(b) => out.push_str(if *b { "true" } else { "false" }),
-                EdmValue::Int32(i) => out.push_str(&i.to_string()),
-                EdmValue::Int64(i) => push_json_str(&mut out, &i.to_string()),
+                EdmValue::Int32(i) => push_int(out, i64::from(*i)),
+                EdmValue::Int64(i) => {
+                    out.push('"');
+                    push_int(out, *i);
+                    out.push('"');
+                }
                 // Finite doubles are JSON numbers, as every SDK writes them; only NaN and
                 // the infinities, which JSON cannot spell, are strings.
-                EdmValue::Double(d) if d.is_finite() => out.push_str(&format_double(*d)),
-                EdmValue::Double(d) => push_json_str(&mut out, &format_double(*d)),
-                EdmValue::Binary(b) => push_json_str(&mut out, &BASE64.encode(b)),
+                EdmValue::Double(d) if d.is_finite() => write_double(out, *d),
+                EdmValue::Double(d) => {
+                    out.push('"');
+                    write_double(out, *d);
+                    out.push('"');
+                }
+                EdmValue::Binary(b) => {
+                    // Base64 needs no JSON escapes.
+                    out.push('"');
+                    BASE64.encode_string(b, out);
+                    out.push('"');
+                }
             }
         }
         out.push('}');
-        out
     }
 }
+
+/// Whether the JSON of a value carries an `@odata.type` annotation: all but the types
+/// JSON itself tells apart (a string, a boolean, an integer the service reads as Int32).
+fn annotated(value: &EdmValue) -> bool {
+    !matches!(
+        value,
+        EdmValue::String(_) | EdmValue::Boolean(_) | EdmValue::Int32(_)
+    )
+}
+
+/// Bytes [`push_json_str`] looks at: `"`, `\\`, the C0 controls, and E2 (the lead byte
+/// of U+2028/U+2029). Everything else is copied as it is.
+static JSON_SPECIAL: [bool; 256] = {
+    let mut t = [false; 256];
+    let mut b = 0;
+    while b < 0x20 {
+        t[b] = true;
+        b += 1;
+    }
+    t[b'"' as usize] = true;
+    t[b'\\' as usize] = true;
+    t[0xe2] = true;
+    t
+};
 
 /// Length of a string as [`push_json_str`] writes it: quoted, with `"` `\\` and control
 /// characters escaped, and U+2028/U+2029 as `\u2028`/`\u2029`.
 fn json_str_len(s: &str) -> usize {
-    let separators = s.matches(['\u{2028}', '\u{2029}']).count();
-    2 + separators * 3
-        + s.bytes()
-            .map(|b| match b {
-                b'"' | b'\\' | b'\n' | b'\r' | b'\t' | 0x08 | 0x0c => 2,
-                0..=0x1f => 6,
-                _ => 1,
-            })
-            .sum::<usize>()
+    let bytes = s.as_bytes();
+    let mut n = 2 + bytes.len();
+    for (i, &b) in bytes.iter().enumerate() {
+        if JSON_SPECIAL[usize::from(b)] {
+            n += match b {
+                b'"' | b'\\' | b'\n' | b'\r' | b'\t' | 0x08 | 0x0c => 1,
+                0..=0x1f => 5,
+                // U+2028 and U+2029 (E2 80 A8/A9): three bytes become six characters.
+                0xe2 if is_separator(bytes, i) => 3,
+                _ => 0,
+            };
+        }
+    }
+    n
 }
 
-/// Writes a JSON string. serde_json escapes quotes, backslashes and control characters;
-/// the line and paragraph separators U+2028/U+2029 are escaped too, although JSON allows
-/// them raw: parsers that find a body with line-based regular expressions (Azurite's
+/// Whether the UTF-8 sequence starting at `bytes[i]` (an E2 lead byte) is U+2028 or U+2029.
+fn is_separator(bytes: &[u8], i: usize) -> bool {
+    bytes.get(i + 1) == Some(&0x80) && matches!(bytes.get(i + 2), Some(0xa8 | 0xa9))
+}
+
+/// Writes a JSON string the way serde_json does (quotes, backslashes and control
+/// characters escaped, the short forms where JSON has them, `\u00xx` otherwise), and
+/// also escapes the line and paragraph separators U+2028/U+2029, which JSON allows raw:
+/// parsers that find a body with line-based regular expressions (Azurite's
 /// entity-group-transaction parser, see docs/ARCHITECTURE.md) stop at them.
 fn push_json_str(out: &mut String, s: &str) {
-    let json = serde_json::to_string(s).expect("strings always serialize");
-    if json.contains(['\u{2028}', '\u{2029}']) {
-        out.push_str(
-            &json
-                .replace('\u{2028}', "\\u2028")
-                .replace('\u{2029}', "\\u2029"),
-        );
-    } else {
-        out.push_str(&json);
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let bytes = s.as_bytes();
+    out.reserve(bytes.len() + 2);
+    out.push('"');
+    let mut clean = 0;
+    let mut i = 0;
+    loop {
+        while i < bytes.len() && !JSON_SPECIAL[usize::from(bytes[i])] {
+            i += 1;
+        }
+        if i == bytes.len() {
+            break;
+        }
+        let b = bytes[i];
+        let short = match b {
+            b'"' => "\\\"",
+            b'\\' => "\\\\",
+            b'\n' => "\\n",
+            b'\r' => "\\r",
+            b'\t' => "\\t",
+            0x08 => "\\b",
+            0x0c => "\\f",
+            0..=0x1f => "",
+            _ if is_separator(bytes, i) => {
+                if bytes[i + 2] == 0xa8 {
+                    "\\u2028"
+                } else {
+                    "\\u2029"
+                }
+            }
+            // Another character starting with E2: copied with the clean run.
+            _ => {
+                i += 1;
+                continue;
+            }
+        };
+        // Every split point is an ASCII byte or a character's lead byte.
+        out.push_str(&s[clean..i]);
+        if short.is_empty() {
+            out.push_str("\\u00");
+            out.push(char::from(HEX[usize::from(b >> 4)]));
+            out.push(char::from(HEX[usize::from(b & 0xf)]));
+        } else {
+            out.push_str(short);
+        }
+        i += if b == 0xe2 { 3 } else { 1 };
+        clean = i;
     }
+    out.push_str(&s[clean..]);
+    out.push('"');
 }
 
 mod decode;
+mod page;
 
-pub(crate) use decode::RawEntity;
+pub(crate) use decode::decode_page;
 pub use decode::{EntityDecodeError, entity_from_json};
 
 #[cfg(test)]

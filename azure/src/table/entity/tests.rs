@@ -173,6 +173,30 @@ mod properties {
         }
 
         #[test]
+        fn json_strings_are_written_as_serde_json_writes_them(
+            s in proptest::collection::vec(
+                prop_oneof![
+                    3 => any::<char>(),
+                    1 => prop_oneof![
+                        Just('"'), Just('\\'), Just('\n'), Just('\r'), Just('\t'), Just('\u{8}'),
+                        Just('\u{c}'), Just('\u{0}'), Just('\u{1f}'), Just('\u{7f}'),
+                        Just('\u{2028}'), Just('\u{2029}'), Just('\u{2027}'), Just('\u{20ac}'),
+                    ],
+                ],
+                0..24,
+            ).prop_map(String::from_iter),
+        ) {
+            let expected = serde_json::to_string(&s)
+                .unwrap()
+                .replace('\u{2028}', "\\u2028")
+                .replace('\u{2029}', "\\u2029");
+            let mut out = String::new();
+            push_json_str(&mut out, &s);
+            prop_assert_eq!(json_str_len(&s), expected.len());
+            prop_assert_eq!(out, expected);
+        }
+
+        #[test]
         fn any_entity_survives_its_json(
             pk in ".{0,10}",
             rk in ".{0,10}",

@@ -2,6 +2,7 @@
 //! written, so every structural rule and value is checked and any violation is an error
 //! naming what is wrong. Nothing is returned unless the whole block decodes.
 
+use std::borrow::Cow;
 use std::collections::HashSet;
 
 use base64::Engine;
@@ -13,7 +14,7 @@ use crate::format::escape::from_base64;
 use crate::format::{FORMAT_VERSION, FormatError};
 
 /// The service allows 255 properties including the three system ones.
-const MAX_PROPERTIES: usize = 255;
+pub(super) const MAX_PROPERTIES: usize = 255;
 
 /// A decoded block.
 #[derive(Debug, Clone, PartialEq)]
@@ -51,6 +52,18 @@ fn attr(e: &BytesStart<'_>, name: &[u8]) -> Result<Option<String>, FormatError> 
 /// Decodes and validates a whole block (already decompressed).
 pub fn decode_block(xml: &[u8]) -> Result<DecodedBlock, FormatError> {
     let text = std::str::from_utf8(xml).map_err(|_| corrupt("block is not UTF-8"))?;
+    // Blocks as tablevault writes them are read by a parser of exactly that layout, which
+    // gives up (returning nothing) at the first thing it does not expect or any rule the
+    // block breaks; everything else, errors included, is for the general XML reader.
+    if let Some(block) = super::canonical::decode(text) {
+        return Ok(block);
+    }
+    decode_xml(text)
+}
+
+/// [`decode_block`] with a general XML reader: any layout the format allows (other
+/// whitespace, attribute order, references, comments), and the errors.
+pub(crate) fn decode_xml(text: &str) -> Result<DecodedBlock, FormatError> {
     let mut reader = quick_xml::Reader::from_str(text);
     reader.config_mut().check_end_names = true;
     let mut block: Option<DecodedBlock> = None;
@@ -277,7 +290,7 @@ fn read_entry(
                     corrupt(format!("property {name:?} has unknown type {type_name:?}"))
                 })?;
                 let text = read_value(reader, is_base64(enc.as_deref())?, empty)?;
-                let value = parse_value(edm, text)
+                let value = parse_value(edm, Cow::Owned(text))
                     .map_err(|why| corrupt(format!("property {name:?}: {why}")))?;
                 // Entities usually have a few properties: a linear scan beats hashing
                 // until there are many.
@@ -323,12 +336,14 @@ fn read_entry(
     })
 }
 
-fn parse_value(edm: EdmType, text: String) -> Result<EdmValue, String> {
+/// Parses a property's text as its type. Strings take the text as it is (no copy when
+/// it is owned already).
+pub(super) fn parse_value(edm: EdmType, text: Cow<'_, str>) -> Result<EdmValue, String> {
     Ok(match edm {
-        EdmType::String => EdmValue::String(text),
-        EdmType::DateTime => EdmValue::DateTime(text),
-        EdmType::Guid => EdmValue::Guid(text),
-        EdmType::Boolean => EdmValue::Boolean(match text.as_str() {
+        EdmType::String => EdmValue::String(text.into_owned()),
+        EdmType::DateTime => EdmValue::DateTime(text.into_owned()),
+        EdmType::Guid => EdmValue::Guid(text.into_owned()),
+        EdmType::Boolean => EdmValue::Boolean(match &*text {
             "true" => true,
             "false" => false,
             other => return Err(format!("bad Boolean {other:?}")),

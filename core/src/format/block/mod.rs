@@ -19,8 +19,8 @@ use base64::Engine;
 use base64::engine::general_purpose::STANDARD as BASE64;
 
 use super::FORMAT_VERSION;
-use super::escape::{needs_base64, push_attr, push_text, to_base64};
-use tablevault_azure::table::{EdmValue, Entity, format_double};
+use super::escape::{push_attr, push_attr_unchecked, push_base64, push_text};
+use tablevault_azure::table::{EdmValue, Entity, write_double};
 
 const BLOCK_NS: &str = "urn:tablevault:format:1";
 const ODATA_METADATA_NS: &str = "http://schemas.microsoft.com/ado/2007/08/dataservices/metadata";
@@ -32,7 +32,7 @@ pub(crate) fn write_header(out: &mut String, table: &str) {
     out.push_str("\" xmlns:m=\"");
     out.push_str(ODATA_METADATA_NS);
     out.push_str(&format!("\" version=\"{FORMAT_VERSION}\" table=\""));
-    push_attr(out, table);
+    push_attr_unchecked(out, table);
     out.push_str("\">\n");
 }
 
@@ -52,68 +52,117 @@ pub(crate) fn write_batch(out: &mut String, entities: &[Entity]) {
     out.push_str("</Batch>\n");
 }
 
-fn write_element(out: &mut String, name: &str, extra_attrs: &str, value: &str) {
+/// Writes `<name>value</name>`, or the base64 form if XML cannot carry the value.
+fn write_element(out: &mut String, name: &str, value: &str) {
     out.push('<');
     out.push_str(name);
-    out.push_str(extra_attrs);
-    if needs_base64(value) {
-        out.push_str(" enc=\"base64\">");
-        out.push_str(&to_base64(value));
-    } else {
-        out.push('>');
-        push_text(out, value);
-    }
+    write_text_content(out, value);
     out.push_str("</");
     out.push_str(name);
     out.push('>');
 }
 
+/// Closes a start tag and writes a string value: escaped text, or `enc="base64"` and the
+/// base64 of its UTF-8 if XML cannot carry it.
+fn write_text_content(out: &mut String, value: &str) {
+    let mark = out.len();
+    out.push('>');
+    if !push_text(out, value) {
+        out.truncate(mark);
+        out.push_str(" enc=\"base64\">");
+        push_base64(out, value);
+    }
+}
+
+/// Writes ` name="value"`, or ` name64="base64"` if XML cannot carry the value.
+fn write_attr(out: &mut String, name: &str, name64: &str, value: &str) {
+    let mark = out.len();
+    out.push(' ');
+    out.push_str(name);
+    out.push_str("=\"");
+    if !push_attr(out, value) {
+        out.truncate(mark);
+        out.push(' ');
+        out.push_str(name64);
+        out.push_str("=\"");
+        push_base64(out, value);
+    }
+    out.push('"');
+}
+
+/// Appends an integer in decimal (what `{}` writes), without the formatting machinery.
+fn push_int(out: &mut String, i: i64) {
+    let mut digits = [0u8; 20];
+    let mut n = i.unsigned_abs();
+    let mut at = digits.len();
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    if i < 0 {
+        out.push('-');
+    }
+    out.push_str(std::str::from_utf8(&digits[at..]).expect("ASCII digits"));
+}
+
 fn write_entry(out: &mut String, e: &Entity) {
     out.push_str("<entry");
     if let Some(etag) = &e.etag {
-        if needs_base64(etag) {
-            out.push_str(" etag64=\"");
-            out.push_str(&to_base64(etag));
-        } else {
-            out.push_str(" m:etag=\"");
-            push_attr(out, etag);
-        }
-        out.push('"');
+        write_attr(out, "m:etag", "etag64", etag);
     }
     out.push('>');
-    write_element(out, "PartitionKey", "", &e.partition_key);
-    write_element(out, "RowKey", "", &e.row_key);
+    write_element(out, "PartitionKey", &e.partition_key);
+    write_element(out, "RowKey", &e.row_key);
     if let Some(ts) = &e.timestamp {
-        write_element(out, "Timestamp", "", ts);
+        write_element(out, "Timestamp", ts);
     }
     for (name, value) in &e.properties {
-        let mut attrs = String::with_capacity(name.len() + 32);
-        if needs_base64(name) {
-            attrs.push_str(" n64=\"");
-            attrs.push_str(&to_base64(name));
-        } else {
-            attrs.push_str(" n=\"");
-            push_attr(&mut attrs, name);
+        out.push_str("<P");
+        write_attr(out, "n", "n64", name);
+        out.push_str(" m:type=\"");
+        out.push_str(value.edm_type().name());
+        out.push('"');
+        // Only strings can need escapes; the other values' text is plain ASCII.
+        match value {
+            EdmValue::String(s) | EdmValue::DateTime(s) | EdmValue::Guid(s) => {
+                write_text_content(out, s)
+            }
+            EdmValue::Boolean(b) => {
+                out.push('>');
+                out.push_str(if *b { "true" } else { "false" });
+            }
+            EdmValue::Int32(i) => {
+                out.push('>');
+                push_int(out, i64::from(*i));
+            }
+            EdmValue::Int64(i) => {
+                out.push('>');
+                push_int(out, *i);
+            }
+            EdmValue::Double(d) => {
+                out.push('>');
+                write_double(out, *d);
+            }
+            EdmValue::Binary(b) => {
+                out.push('>');
+                BASE64.encode_string(b, out);
+            }
         }
-        attrs.push_str("\" m:type=\"");
-        attrs.push_str(value.edm_type().name());
-        attrs.push('"');
-        let text: std::borrow::Cow<'_, str> = match value {
-            EdmValue::String(s) | EdmValue::DateTime(s) | EdmValue::Guid(s) => s.into(),
-            EdmValue::Boolean(b) => (if *b { "true" } else { "false" }).into(),
-            EdmValue::Int32(i) => i.to_string().into(),
-            EdmValue::Int64(i) => i.to_string().into(),
-            EdmValue::Double(d) => format_double(*d).into(),
-            EdmValue::Binary(b) => BASE64.encode(b).into(),
-        };
-        write_element(out, "P", &attrs, &text);
+        out.push_str("</P>");
     }
     out.push_str("</entry>\n");
 }
 
+mod canonical;
 mod decode;
 
 pub use decode::{DecodedBlock, decode_block};
+#[cfg(test)]
+pub(crate) use {canonical::decode as decode_canonical, decode::decode_xml};
 
 #[cfg(test)]
 mod tests;

@@ -66,11 +66,105 @@ fn every_value_round_trips_exactly() {
         ],
         vec![Entity::new("", ""), Entity::new("", "x")],
     ];
-    let xml = encode("Tbl", &batches);
+    let xml = encode("T&b\"l", &batches);
     let decoded = decode_block(xml.as_bytes()).unwrap();
-    assert_eq!(decoded.table, "Tbl");
+    assert_eq!(decoded.table, "T&b\"l");
     assert_eq!(decoded.batches, batches);
     assert!(!xml.contains('\r'), "raw CR would be normalised by parsers");
+    // The writer's layout is read by the fast reader, to the same result.
+    assert_eq!(decode_canonical(&xml).as_ref(), Some(&decoded));
+    assert_eq!(decode_xml(&xml).unwrap(), decoded);
+}
+
+#[test]
+fn writer_output_is_byte_for_byte_what_it_was() {
+    let mut e = Entity::new("p&<>\r", "r")
+        .with("S", EdmValue::String("a\r\nb<c>&d\t\"e'".into()))
+        .with("Ctl", EdmValue::String("x\u{1}".into()))
+        .with("ctl\u{2}", EdmValue::Int64(-5))
+        .with("D", EdmValue::Double(0.1))
+        .with("N", EdmValue::Double(f64::NAN))
+        .with("B", EdmValue::Binary(vec![1, 2, 3]))
+        .with("I", EdmValue::Int32(-2147483648))
+        .with("T", EdmValue::Boolean(true))
+        .with("n\"\t", EdmValue::Guid("g".into()));
+    e.etag = Some("W/\"x\"\n".into());
+    e.timestamp = Some("2026-11-22T11:27:48.7518390Z".into());
+    let mut out = String::new();
+    write_batch(&mut out, &[e]);
+    assert_eq!(
+        out,
+        "<Batch>\n<entry m:etag=\"W/&quot;x&quot;&#10;\"><PartitionKey>p&amp;&lt;&gt;&#13;</PartitionKey>\
+<RowKey>r</RowKey><Timestamp>2026-11-22T11:27:48.7518390Z</Timestamp>\
+<P n=\"S\" m:type=\"Edm.String\">a&#13;\nb&lt;c&gt;&amp;d\t\"e'</P>\
+<P n=\"Ctl\" m:type=\"Edm.String\" enc=\"base64\">eAE=</P>\
+<P n64=\"Y3RsAg==\" m:type=\"Edm.Int64\">-5</P>\
+<P n=\"D\" m:type=\"Edm.Double\">0.1</P>\
+<P n=\"N\" m:type=\"Edm.Double\">NaN</P>\
+<P n=\"B\" m:type=\"Edm.Binary\">AQID</P>\
+<P n=\"I\" m:type=\"Edm.Int32\">-2147483648</P>\
+<P n=\"T\" m:type=\"Edm.Boolean\">true</P>\
+<P n=\"n&quot;&#9;\" m:type=\"Edm.Guid\">g</P></entry>\n</Batch>\n"
+    );
+}
+
+#[test]
+fn blocks_in_the_writers_layout_that_break_a_rule_are_rejected_with_a_reason() {
+    let e = |pk: &str, rk: &str| Entity::new(pk, rk).with("x", EdmValue::Int32(1));
+    let reject = |batches: &[Vec<Entity>], why: &str| {
+        let xml = encode("T", batches);
+        assert_eq!(decode_canonical(&xml), None, "{why}");
+        assert_corrupt(&xml, why);
+    };
+    reject(&[vec![e("p", "r"), e("q", "s")]], "mixes PartitionKeys");
+    reject(&[vec![e("p", "r"), e("p", "r")]], "twice");
+    reject(&[vec![e("p", "b"), e("p", "a"), e("p", "b")]], "twice");
+    reject(&[vec![]], "empty batch");
+    let many: Vec<Entity> = (0..101).map(|i| e("p", &format!("{i:03}"))).collect();
+    reject(&[many], "more than 100");
+    reject(&[vec![e("p", "r").with("x", EdmValue::Int32(2))]], "twice");
+    reject(
+        &[vec![e("p", "r").with("PartitionKey", EdmValue::Int32(2))]],
+        "invalid property name",
+    );
+    reject(
+        &[vec![e("p", "r").with("", EdmValue::Int32(2))]],
+        "invalid property name",
+    );
+    let wide = (0..255).fold(e("p", "r"), |e, i| {
+        e.with(format!("p{i}"), EdmValue::Boolean(true))
+    });
+    reject(&[vec![wide]], "more than 255");
+
+    // Damage that keeps the layout: counts, values, types, references, truncation.
+    let xml = encode("T", &[vec![e("p", "r"), e("p", "s")]]);
+    for (from, to, why) in [
+        ("entities=\"2\"", "entities=\"3\"", "declares 3 entities"),
+        ("batches=\"1\"", "batches=\"0\"", "in 0"),
+        (">1</P>", ">1x</P>", "bad Int32"),
+        ("Edm.Int32", "Edm.Int33", "unknown type"),
+        ("<RowKey>r<", "<RowKey>&bogus;<", ""),
+        ("version=\"1\"", "version=\"01\"", ""),
+    ] {
+        let bad = xml.replacen(from, to, 1);
+        assert_ne!(bad, xml);
+        assert_eq!(decode_canonical(&bad), None, "{to}");
+        assert!(decode_block(bad.as_bytes()).is_err(), "{to}");
+        if !why.is_empty() {
+            assert_corrupt(&bad, why);
+        }
+    }
+    for cut in [xml.len() - 2, xml.len() - 9, xml.len() / 2] {
+        assert_eq!(decode_canonical(&xml[..cut]), None);
+        assert!(decode_block(&xml.as_bytes()[..cut]).is_err());
+    }
+    // Other layouts the format allows are still read, by the general reader.
+    let loose = xml.replace(">\n<", ">\n  <").replace("&quot;", "&#34;");
+    assert_eq!(decode_canonical(&loose), None);
+    assert_eq!(
+        decode_block(loose.as_bytes()).unwrap(),
+        decode_xml(&xml).unwrap()
+    );
 }
 
 fn assert_corrupt(xml: &str, why: &str) {
