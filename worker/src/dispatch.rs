@@ -247,7 +247,15 @@ impl Worker {
                 }
             }
         }
-        match store.exists(&resolved.done).await {
+        // A first delivery is almost never of a finished task (only a duplicate put can
+        // be), and a duplicate that runs anyway loses the commit race and cleans up: skip
+        // the check there, which is one request of the few a small task costs.
+        let already_done = if message.dequeue_count <= 1 {
+            Ok(false)
+        } else {
+            store.exists(&resolved.done).await
+        };
+        match already_done {
             Ok(true) => {
                 tracing::debug!("task already done; dropping the duplicate message");
                 let _ = lease.complete().await;
@@ -293,9 +301,10 @@ impl Worker {
                 range,
                 ceiling,
             } => {
-                let Some(source) = self
-                    .jobs
-                    .table_client(&self.config.sources, &job.source, None)
+                let limiter = self.jobs.limiter_for(&job.source.table_endpoint);
+                let Some(source) =
+                    self.jobs
+                        .table_client(&self.config.sources, &job.source, Some(&limiter))
                 else {
                     tracing::warn!(account = %job.source.account, "this worker has no credentials for the source account; handing the task to another worker (configure --source)");
                     let receipt = lease.stop().await;
@@ -318,16 +327,20 @@ impl Worker {
                         container: &task.container,
                         ceiling: ceiling.as_ref(),
                     }),
+                    limiter: Some(&limiter),
                 };
                 let outcome = attempt.run().await;
                 if matches!(outcome, Ok(BackupOutcome::Committed { .. })) {
                     WorkerStats::add(&self.stats.tasks_committed, 1);
                 }
-                if outcome.is_ok() {
-                    // Whoever observes the last commit finalizes the backup.
-                    if let Err(e) = settle_backup(&store, job).await {
-                        tracing::warn!(error = %e, "could not check whether the backup is complete; the next observer will");
-                    }
+                // Whoever observes the last commit finalizes the backup. In-process workers
+                // serve one job whose coordinator watches and finalizes it, so they leave
+                // it that listing of every commit record after each task.
+                if outcome.is_ok()
+                    && self.config.only_job.is_none()
+                    && let Err(e) = settle_backup(&store, job).await
+                {
+                    tracing::warn!(error = %e, "could not check whether the backup is complete; the next observer will");
                 }
                 outcome.map(|_| ())
             }
@@ -401,12 +414,13 @@ impl Heartbeat {
         let beat = serde_json::json!({ "worker": worker, "table": task.table, "task": task.task });
         Heartbeat(tokio::spawn(async move {
             loop {
+                // First beat after a period: a task that ends sooner says so by its record.
+                tokio::time::sleep(HEARTBEAT_PERIOD).await;
                 let mut beat = beat.clone();
                 beat["at"] = tablevault_core::protocol::now_rfc3339().into();
                 if let Err(e) = store.overwrite(&path, &beat).await {
                     tracing::debug!(error = %e, "could not write a heartbeat");
                 }
-                tokio::time::sleep(HEARTBEAT_PERIOD).await;
             }
         }))
     }

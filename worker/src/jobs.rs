@@ -1,7 +1,7 @@
 //! The job files a worker needs to run tasks: backup plans, restore plans and commit
 //! records, read once through the job's [`Store`] and kept, since many tasks share each.
-//! Also the stores themselves, one per container, and the Table clients and write limiters
-//! per account.
+//! Also the stores themselves, one per container, and the Table clients and limiters per
+//! account.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -167,13 +167,14 @@ impl JobFiles {
         }
     }
 
-    /// The write limiter for a target account (one per account per worker).
+    /// The limiter of an account (one per account per worker, shared by its backup reads
+    /// and restore writes).
     pub(crate) fn limiter_for(&self, endpoint: &str) -> Arc<AdaptiveLimit> {
         self.limiters
             .lock()
             .expect("limiters lock")
             .entry(endpoint.to_string())
-            .or_insert_with(|| AdaptiveLimit::new(8, 1, 64))
+            .or_insert_with(|| AdaptiveLimit::for_endpoint(endpoint))
             .clone()
     }
 

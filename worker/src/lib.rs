@@ -12,6 +12,7 @@ mod dispatch;
 mod jobs;
 pub mod lease;
 pub mod limiter;
+pub mod pacer;
 pub mod process;
 pub mod settle;
 mod worker;

@@ -1,15 +1,24 @@
-//! Adaptive concurrency for writes: how many entity group transactions a worker keeps in
-//! flight against one account. It grows by one after a limit's worth of successes and
-//! halves when the service throttles (503 ServerBusy, 429, 500 OperationTimedOut), at most
-//! once per cool-down, so a hot partition or a busy account is eased off instead of
-//! hammered (additive increase, multiplicative decrease).
+//! How hard a worker works one account: a request **rate** in entities per second (a
+//! [`RatePacer`] that every Table request moving entities goes through: restore batches
+//! and backup pages alike) and, for writes, a **concurrency** limit on the entity group
+//! transactions in flight. Both back off when the service throttles (503 ServerBusy, 429,
+//! 500 OperationTimedOut), at most once per cool-down, so a hot partition or a busy
+//! account is eased off instead of hammered; the concurrency grows by one after a
+//! limit's worth of successes, the rate as [`crate::pacer`] describes.
+//!
+//! One task also paces itself against the partition it works on
+//! ([`AdaptiveLimit::task_pacer`]): a restore block and a backup page each mostly touch
+//! one partition, whose target (2,000 entities/s) is a tenth of the account's.
 
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use tablevault_azure::Error;
 use tablevault_azure::RetryObserver;
 use tokio::sync::Notify;
+use tokio::time::Instant;
+
+use crate::pacer::{PARTITION_RATE, PacerConfig, RatePacer, is_emulator};
 
 #[derive(Debug)]
 struct State {
@@ -20,7 +29,7 @@ struct State {
     throttles: u64,
 }
 
-/// A concurrency limit that adapts to throttling.
+/// A request rate and a write concurrency limit that adapt to throttling.
 #[derive(Debug)]
 pub struct AdaptiveLimit {
     state: Mutex<State>,
@@ -28,6 +37,8 @@ pub struct AdaptiveLimit {
     min: usize,
     max: usize,
     cool_down: Duration,
+    pacer: RatePacer,
+    partition_rate: Option<f64>,
 }
 
 /// Holds one unit of concurrency until dropped.
@@ -36,8 +47,40 @@ pub struct LimitGuard<'a> {
 }
 
 impl AdaptiveLimit {
-    /// A limit starting at `initial`, kept within `min..=max`.
+    /// A limit starting at `initial`, kept within `min..=max`, pacing as for an Azure
+    /// account.
     pub fn new(initial: usize, min: usize, max: usize) -> Arc<Self> {
+        Self::with_pacer(
+            initial,
+            min,
+            max,
+            RatePacer::new(PacerConfig::account(), None),
+            Some(PARTITION_RATE),
+        )
+    }
+
+    /// The limiter of one account endpoint (the product's: concurrency 8 within 1..=64):
+    /// the emulator's starts at a high rate and paces no partition.
+    pub fn for_endpoint(endpoint: &str) -> Arc<Self> {
+        let emulator = is_emulator(endpoint);
+        Self::with_pacer(
+            8,
+            1,
+            64,
+            RatePacer::new(PacerConfig::for_endpoint(endpoint), None),
+            (!emulator).then_some(PARTITION_RATE),
+        )
+    }
+
+    /// A limit starting at `initial`, kept within `min..=max`, with `pacer` for the
+    /// account and tasks paced at `partition_rate` (none: not paced).
+    pub fn with_pacer(
+        initial: usize,
+        min: usize,
+        max: usize,
+        pacer: RatePacer,
+        partition_rate: Option<f64>,
+    ) -> Arc<Self> {
         let min = min.max(1);
         let max = max.max(min);
         Arc::new(AdaptiveLimit {
@@ -52,10 +95,41 @@ impl AdaptiveLimit {
             min,
             max,
             cool_down: Duration::from_millis(500),
+            pacer,
+            partition_rate,
         })
     }
 
-    /// Waits for room under the current limit.
+    /// Waits for room under the current concurrency limit, then for the account's rate
+    /// to allow a write of `entities`.
+    pub async fn acquire_entities(&self, entities: u64) -> LimitGuard<'_> {
+        let guard = self.acquire().await;
+        self.pacer.acquire(entities).await;
+        guard
+    }
+
+    /// Waits for the account's rate to allow a read of up to `entities`.
+    pub async fn pace(&self, entities: u64) {
+        self.pacer.acquire(entities).await;
+    }
+
+    /// A read moved fewer entities than it was paced for.
+    pub fn refund(&self, entities: u64) {
+        self.pacer.refund(entities);
+    }
+
+    /// A pacer for one task against the partition it works on (`None`: not paced).
+    pub fn task_pacer(&self) -> Option<RatePacer> {
+        self.partition_rate
+            .map(|rate| RatePacer::new(PacerConfig::fixed(rate), Some(0.0)))
+    }
+
+    /// The current account rate, entities per second.
+    pub fn rate(&self) -> f64 {
+        self.pacer.rate()
+    }
+
+    /// Waits for room under the current concurrency limit (no rate).
     pub async fn acquire(&self) -> LimitGuard<'_> {
         loop {
             let notified = self.released.notified();
@@ -80,8 +154,10 @@ impl AdaptiveLimit {
         self.state.lock().expect("limit lock").throttles
     }
 
-    /// The service pushed back: halve the limit (once per cool-down).
+    /// The service pushed back: lower the rate and halve the limit (each at most once per
+    /// cool-down).
     pub fn throttled(&self) {
+        self.pacer.throttled();
         let mut s = self.state.lock().expect("limit lock");
         s.throttles += 1;
         let now = Instant::now();

@@ -31,6 +31,10 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use crate::TaskError;
+use crate::limiter::AdaptiveLimit;
+
+/// Entities a page read is paced for: the most a page holds.
+const PAGE_ENTITIES: u64 = tablevault_azure::table::MAX_PAGE_SIZE as u64;
 
 /// What the attempt achieved.
 #[derive(Debug, PartialEq, Eq)]
@@ -68,6 +72,8 @@ pub struct BackupAttempt<'a> {
     pub worker: &'a str,
     /// Where split-off tasks go; `None` never splits.
     pub splitting: Option<Splitting<'a>>,
+    /// The source account's limiter: every page read is paced by it (`None`: unpaced).
+    pub limiter: Option<&'a Arc<AdaptiveLimit>>,
 }
 
 /// What an attempt needs to split its range.
@@ -223,14 +229,36 @@ impl BackupAttempt<'_> {
         let source = self.source.clone();
         let table = self.table.to_string();
         let filters = self.range.filters();
+        let limiter = self.limiter.cloned();
         let scanner = tokio::spawn(async move {
+            // Pages are paced as full ones (the account's rate, and the partition's, since a
+            // page mostly reads one), and what a short page did not read is given back.
+            let task_pacer = limiter.as_ref().and_then(|l| l.task_pacer());
             for filter in filters {
                 let mut pages = source.pages(&table, Query::scan(filter));
                 loop {
                     // Wait for room before fetching: one page is packed while the next is
                     // read, and no more than those two are held.
                     let Ok(slot) = tx.reserve().await else { return };
-                    match pages.next_page().await {
+                    if let Some(p) = &task_pacer {
+                        p.acquire(PAGE_ENTITIES).await;
+                    }
+                    if let Some(l) = &limiter {
+                        l.pace(PAGE_ENTITIES).await;
+                    }
+                    let page = pages.next_page().await;
+                    let read = match &page {
+                        Some(Ok(p)) => p.entities.len() as u64,
+                        _ => 0,
+                    };
+                    let unused = PAGE_ENTITIES.saturating_sub(read);
+                    if let Some(p) = &task_pacer {
+                        p.refund(unused);
+                    }
+                    if let Some(l) = &limiter {
+                        l.refund(unused);
+                    }
+                    match page {
                         None => break,
                         Some(page) => {
                             let failed = page.is_err();

@@ -23,8 +23,10 @@ use tracing::Instrument;
 
 use crate::TaskError;
 use crate::limiter::AdaptiveLimit;
+use crate::pacer::RatePacer;
 
-/// Most batches one task keeps in flight (the shared limiter may allow fewer).
+/// Most batches one task keeps in flight (the shared limiter may allow fewer, and the
+/// limiter's rates space them).
 const BATCHES_IN_FLIGHT: usize = 16;
 
 /// What the attempt achieved.
@@ -48,7 +50,7 @@ pub struct RestoreAttempt<'a> {
     pub commit: &'a CommitRecord,
     /// The target account's Table client.
     pub target: &'a TableClient,
-    /// Shared write concurrency of this worker.
+    /// This worker's limiter of the target account (write concurrency and rate).
     pub limiter: &'a Arc<AdaptiveLimit>,
     /// Table written to.
     pub target_table: &'a str,
@@ -168,8 +170,10 @@ impl RestoreAttempt<'_> {
             finished_at: String::new(),
             worker: self.worker.to_string(),
         };
+        // A block's batches mostly write one partition: they keep to its rate.
+        let pacer = self.limiter.task_pacer();
         let mut results = futures::stream::iter(batches)
-            .map(|batch| self.write_batch(batch))
+            .map(|batch| self.write_batch(batch, pacer.as_ref()))
             .buffer_unordered(BATCHES_IN_FLIGHT);
         let mut first_error: Option<TaskError> = None;
         while let Some(r) = results.next().await {
@@ -233,13 +237,17 @@ impl RestoreAttempt<'_> {
     /// Writes one batch of the backup: as one entity group transaction, except entities
     /// whose keys a change set cannot carry intact ([`batch_carries_keys`]), which go one
     /// request each.
-    async fn write_batch(&self, batch: Vec<Entity>) -> Result<BatchResult, TaskError> {
+    async fn write_batch(
+        &self,
+        batch: Vec<Entity>,
+        pacer: Option<&RatePacer>,
+    ) -> Result<BatchResult, TaskError> {
         let (grouped, single): (Vec<Entity>, Vec<Entity>) = batch
             .into_iter()
             .partition(|e| batch_carries_keys(&e.partition_key, &e.row_key));
-        let mut result = self.write_group(grouped).await?;
+        let mut result = self.write_group(grouped, pacer).await?;
         for entity in single {
-            self.write_single(entity, &mut result).await?;
+            self.write_single(entity, &mut result, pacer).await?;
         }
         Ok(result)
     }
@@ -249,10 +257,14 @@ impl RestoreAttempt<'_> {
         &self,
         entity: Entity,
         result: &mut BatchResult,
+        pacer: Option<&RatePacer>,
     ) -> Result<(), TaskError> {
         self.check_stop()?;
         let table = self.target_table;
-        let guard = self.limiter.acquire().await;
+        if let Some(p) = pacer {
+            p.acquire(1).await;
+        }
+        let guard = self.limiter.acquire_entities(1).await;
         let written = match self.job.mode {
             RestoreMode::Upsert | RestoreMode::Replace => {
                 self.target.upsert_entity(table, &entity, false).await
@@ -310,7 +322,11 @@ impl RestoreAttempt<'_> {
 
     /// Writes entities of one partition as one change set, resolving insert conflicts,
     /// retrying what can be retried.
-    async fn write_group(&self, batch: Vec<Entity>) -> Result<BatchResult, TaskError> {
+    async fn write_group(
+        &self,
+        batch: Vec<Entity>,
+        pacer: Option<&RatePacer>,
+    ) -> Result<BatchResult, TaskError> {
         self.check_stop()?;
         let mut result = BatchResult::default();
         let mut ops = self.operations(batch);
@@ -319,7 +335,10 @@ impl RestoreAttempt<'_> {
             if ops.is_empty() {
                 return Ok(result);
             }
-            let guard = self.limiter.acquire().await;
+            if let Some(p) = pacer {
+                p.acquire(ops.len() as u64).await;
+            }
+            let guard = self.limiter.acquire_entities(ops.len() as u64).await;
             match self.target.submit_batch(self.target_table, &ops).await {
                 Ok(()) => {
                     guard.success();

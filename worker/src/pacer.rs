@@ -1,0 +1,401 @@
+//! Rate pacing in entities per second: every Table request that moves `n` entities (a
+//! restore batch, a backup page) books `n` entities' worth of time first, so requests
+//! leave no faster than the rate allows whatever their latency.
+//!
+//! Azure's scalability targets are rates (about 2,000 entities/s per partition, 20,000/s
+//! per account), and at a few milliseconds per request a single request in flight can
+//! already exceed them, so a concurrency limit alone cannot hold a worker under them.
+//!
+//! A pacer is either fixed (one task's pace against the partition it reads or writes) or
+//! adaptive (a worker's pace against one account): it starts at a modest, jittered rate
+//! and grows multiplicatively while it is what holds requests back and the service has
+//! never throttled (slow start, so a service that never throttles, such as the emulator,
+//! is not held back for long); after the first throttle it grows slowly
+//! (`increase` of the rate per second of full use) and is cut by `decrease` on
+//! each throttling answer, at most once per cool-down (answers already in flight are one
+//! signal).
+
+use std::sync::Mutex;
+use std::time::Duration;
+
+use tokio::time::{Instant, sleep_until};
+
+/// How a pacer behaves.
+#[derive(Debug, Clone)]
+pub struct PacerConfig {
+    /// Starting rate, entities per second.
+    pub initial: f64,
+    /// The starting rate is lowered by up to this fraction at random (and the first
+    /// request delayed by up to one page's worth), so a fleet starting together spreads
+    /// out.
+    pub jitter: f64,
+    /// Lowest rate.
+    pub min: f64,
+    /// Highest rate.
+    pub max: f64,
+    /// Whether the rate adapts (a fixed pacer keeps `initial`).
+    pub adaptive: bool,
+    /// Before the first throttle: growth per second of full use (1.0 doubles).
+    pub slow_start: f64,
+    /// After it: growth per second of full use, at a rate of `target` (scaled by
+    /// `rate / target` below that; see [`RatePacer::reserve`]).
+    pub increase: f64,
+    /// The account's published target, entities per second.
+    pub target: f64,
+    /// Factor applied on a throttling answer.
+    pub decrease: f64,
+    /// At most one decrease per this long.
+    pub cool_down: Duration,
+    /// How much unused time an idle pacer saves up (a burst it lets through at once).
+    pub burst: Duration,
+}
+
+/// The entities/s one partition serves (Azure's target), less a margin.
+pub const PARTITION_RATE: f64 = 0.95 * 2_000.0;
+
+/// The smallest share of the account growth assumes: a worker below it grows as if it
+/// had this share, so a starved one recovers.
+const MIN_SHARE: f64 = 0.02;
+
+/// The entities/s one account serves (Azure's target).
+pub const ACCOUNT_RATE: f64 = 20_000.0;
+
+impl PacerConfig {
+    /// A worker's pace against one Azure account (20,000 entities/s shared with every
+    /// other worker, whose number it does not know).
+    pub fn account() -> Self {
+        PacerConfig {
+            initial: 300.0,
+            jitter: 0.5,
+            min: 100.0,
+            max: 1_000_000.0,
+            adaptive: true,
+            slow_start: 1.0,
+            increase: 0.1,
+            target: ACCOUNT_RATE,
+            decrease: 0.7,
+            cool_down: Duration::from_secs(1),
+            burst: Duration::from_millis(100),
+        }
+    }
+
+    /// A fixed pace: one task's against the partition it works on.
+    pub fn fixed(rate: f64) -> Self {
+        PacerConfig {
+            initial: rate,
+            jitter: 0.0,
+            min: rate,
+            max: rate,
+            adaptive: false,
+            ..Self::account()
+        }
+    }
+
+    /// The account pacer of an endpoint: the emulator (`devstoreaccount1`) does not
+    /// throttle, so it starts high there.
+    pub fn for_endpoint(endpoint: &str) -> Self {
+        if is_emulator(endpoint) {
+            PacerConfig {
+                initial: 100_000.0,
+                jitter: 0.0,
+                ..Self::account()
+            }
+        } else {
+            Self::account()
+        }
+    }
+}
+
+/// Whether an endpoint is the storage emulator's, which has no scalability targets.
+pub fn is_emulator(endpoint: &str) -> bool {
+    endpoint.contains(tablevault_azure::config::EMULATOR_ACCOUNT)
+}
+
+#[derive(Debug)]
+struct State {
+    rate: f64,
+    next_free: Instant,
+    last_cut: Option<Instant>,
+    /// Entities granted since the last cut.
+    granted: f64,
+    /// Entities per request, on average (what a retry is booked as).
+    request: f64,
+    slow_start: bool,
+    throttles: u64,
+}
+
+/// Spaces requests by the entities they move.
+#[derive(Debug)]
+pub struct RatePacer {
+    config: PacerConfig,
+    state: Mutex<State>,
+}
+
+impl RatePacer {
+    /// A pacer; `phase` in `[0, 1)` picks the jitter (random when `None`).
+    pub fn new(config: PacerConfig, phase: Option<f64>) -> Self {
+        let u = phase.unwrap_or_else(random_unit).clamp(0.0, 1.0);
+        let rate = (config.initial * (1.0 - config.jitter * u)).clamp(config.min, config.max);
+        let delay = if config.jitter > 0.0 {
+            Duration::from_secs_f64(u * 1_000.0 / rate)
+        } else {
+            Duration::ZERO
+        };
+        RatePacer {
+            state: Mutex::new(State {
+                rate,
+                next_free: Instant::now() + delay,
+                last_cut: None,
+                granted: 0.0,
+                request: 0.0,
+                slow_start: config.adaptive,
+                throttles: 0,
+            }),
+            config,
+        }
+    }
+
+    /// The current rate, entities per second.
+    pub fn rate(&self) -> f64 {
+        self.state.lock().expect("pacer lock").rate
+    }
+
+    /// Throttling answers seen.
+    pub fn throttles(&self) -> u64 {
+        self.state.lock().expect("pacer lock").throttles
+    }
+
+    /// Books `entities` and says when the request may leave.
+    pub fn reserve(&self, entities: u64) -> Instant {
+        let now = Instant::now();
+        let mut s = self.state.lock().expect("pacer lock");
+        let earliest = now.checked_sub(self.config.burst).unwrap_or(now);
+        let start = s.next_free.max(earliest);
+        let n = entities.max(1) as f64;
+        s.next_free = start + Duration::from_secs_f64(n / s.rate);
+        s.granted += n;
+        s.request = if s.request == 0.0 {
+            n
+        } else {
+            0.9 * s.request + 0.1 * n
+        };
+        if self.config.adaptive && start > now {
+            // The pacer, not the work, is holding requests back: grow. Past slow start, in
+            // proportion to the rate's share of the account's target too: a worker at
+            // `rate` is about one of `target / rate` sharing the account, so the fleet as
+            // a whole grows (and is throttled) at the same pace however many workers there
+            // are, without any of them knowing how many.
+            let gain = if s.slow_start {
+                self.config.slow_start
+            } else {
+                self.config.increase
+            };
+            let share = (s.rate / self.config.target).clamp(MIN_SHARE, 1.0);
+            let growth = gain * share;
+            s.rate = (s.rate + growth * n).min(self.config.max);
+        }
+        start
+    }
+
+    /// Waits until a request of `entities` may leave.
+    pub async fn acquire(&self, entities: u64) {
+        let at = self.reserve(entities);
+        if at > Instant::now() {
+            sleep_until(at).await;
+        }
+    }
+
+    /// A request booked more than it moved (a short page): gives back the difference.
+    pub fn refund(&self, entities: u64) {
+        let now = Instant::now();
+        let mut s = self.state.lock().expect("pacer lock");
+        let back = Duration::from_secs_f64(entities as f64 / s.rate);
+        let earliest = now.checked_sub(self.config.burst).unwrap_or(now);
+        s.next_free = s.next_free.checked_sub(back).unwrap_or(now).max(earliest);
+    }
+
+    /// The service throttled and the request will be retried: book the retry (the
+    /// client sends it without asking the pacer, so later requests make room for it) and
+    /// cut the rate (once per episode).
+    pub fn throttled(&self) {
+        let now = Instant::now();
+        let mut s = self.state.lock().expect("pacer lock");
+        s.throttles += 1;
+        if self.config.adaptive && s.request > 0.0 {
+            let retry = Duration::from_secs_f64(s.request / s.rate);
+            let earliest = now.checked_sub(self.config.burst).unwrap_or(now);
+            s.next_free = s.next_free.max(earliest) + retry;
+        }
+        // One cut per episode: not within the cool-down, and not before requests paced at
+        // the new rate (a cool-down's worth) could have been refused; until then the
+        // refusals are of requests sent, or being retried, from before the cut.
+        if !self.config.adaptive
+            || s.last_cut.is_some_and(|t| {
+                now.duration_since(t) < self.config.cool_down
+                    || s.granted < s.rate * self.config.cool_down.as_secs_f64()
+            })
+        {
+            return;
+        }
+        s.last_cut = Some(now);
+        s.granted = 0.0;
+        s.slow_start = false;
+        let new = (s.rate * self.config.decrease).max(self.config.min);
+        if new < s.rate {
+            tracing::debug!(
+                from = s.rate,
+                to = new,
+                "service is throttling; lowering the request rate"
+            );
+            s.rate = new;
+        }
+    }
+}
+
+/// A uniform number in `[0, 1)` from the process's random source.
+fn random_unit() -> f64 {
+    let bits = uuid::Uuid::new_v4().as_u128() as u64;
+    (bits >> 11) as f64 / (1u64 << 53) as f64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An adaptive pacer starting at `rate`, which is also the account's target (so
+    /// growth is not scaled down by the share).
+    fn fixed_start(rate: f64) -> PacerConfig {
+        PacerConfig {
+            initial: rate,
+            jitter: 0.0,
+            min: 10.0,
+            target: rate,
+            burst: Duration::ZERO,
+            ..PacerConfig::account()
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_fixed_pacer_never_exceeds_its_rate() {
+        let p = RatePacer::new(PacerConfig::fixed(1_000.0), Some(0.0));
+        let t0 = Instant::now();
+        for _ in 0..20 {
+            p.acquire(100).await;
+        }
+        // 2,000 entities at 1,000/s: the last leaves 1.9 s after the first (the burst of
+        // 100 ms saved up at the start lets the first two go together).
+        let elapsed = t0.elapsed();
+        assert!(elapsed >= Duration::from_millis(1_800), "{elapsed:?}");
+        assert!(elapsed <= Duration::from_millis(1_950), "{elapsed:?}");
+        assert_eq!(p.rate(), 1_000.0);
+        p.throttled();
+        assert_eq!(p.rate(), 1_000.0, "a fixed pacer does not adapt");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn concurrent_requests_share_the_rate() {
+        let p = std::sync::Arc::new(RatePacer::new(PacerConfig::fixed(500.0), Some(0.0)));
+        let t0 = Instant::now();
+        let tasks: Vec<_> = (0..10)
+            .map(|_| {
+                let p = p.clone();
+                tokio::spawn(async move { p.acquire(100).await })
+            })
+            .collect();
+        for t in tasks {
+            t.await.unwrap();
+        }
+        // 1,000 entities at 500/s: the tenth leaves 1.8 s in.
+        assert_eq!(t0.elapsed(), Duration::from_millis(1_800));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn slow_start_grows_until_the_first_throttle_then_backs_off_and_recovers() {
+        let p = RatePacer::new(fixed_start(1_000.0), Some(0.0));
+        // Fully used for about a second: slow start grows the rate by half of it.
+        let t0 = Instant::now();
+        while t0.elapsed() < Duration::from_secs(1) {
+            p.acquire(100).await;
+        }
+        let grown = p.rate();
+        assert!(grown > 1_400.0, "slow start: {grown}");
+
+        p.throttled();
+        let cut = p.rate();
+        assert!((cut - grown * 0.7).abs() < 1e-6, "{cut}");
+        p.throttled(); // the same burst of answers: no second cut
+        assert_eq!(p.rate(), cut);
+        assert_eq!(p.throttles(), 2);
+        tokio::time::advance(Duration::from_secs(2)).await;
+        p.throttled(); // nothing sent at the new rate yet: still the same episode
+        assert_eq!(p.rate(), cut);
+        let t = Instant::now();
+        while t.elapsed() < Duration::from_millis(1_500) {
+            p.acquire(100).await;
+        }
+        let before = p.rate();
+        assert!(before > cut, "growing again: {cut} -> {before}");
+        p.throttled();
+        let cut2 = p.rate();
+        assert!((cut2 - before * 0.7).abs() < 1e-6, "{cut2}");
+
+        // Past slow start, it recovers slowly: ~10% per second of full use at the target.
+        let t1 = Instant::now();
+        let mut sent = 0u64;
+        while t1.elapsed() < Duration::from_secs(10) {
+            p.acquire(100).await;
+            sent += 100;
+        }
+        let recovered = p.rate();
+        assert!(
+            recovered > cut2 * 1.3 && recovered < cut2 * 3.0,
+            "{cut2} -> {recovered}"
+        );
+        // And it never let more through than its (growing) rate allows.
+        assert!(
+            (sent as f64) <= recovered * 10.0 + 200.0,
+            "{sent} in 10 s at most {recovered}/s"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_idle_pacer_does_not_grow_or_save_up() {
+        let p = RatePacer::new(fixed_start(1_000.0), Some(0.0));
+        for _ in 0..5 {
+            tokio::time::advance(Duration::from_secs(1)).await;
+            p.acquire(100).await;
+        }
+        assert_eq!(p.rate(), 1_000.0, "not the bottleneck: no growth");
+        tokio::time::advance(Duration::from_secs(10)).await;
+        let t0 = Instant::now();
+        p.acquire(1_000).await;
+        p.acquire(1_000).await;
+        assert_eq!(
+            t0.elapsed(),
+            Duration::from_secs(1),
+            "ten idle seconds saved nothing"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn refunds_give_back_unused_time() {
+        let p = RatePacer::new(PacerConfig::fixed(1_000.0), Some(0.0));
+        let t0 = Instant::now();
+        p.acquire(1_000).await;
+        p.refund(900); // the page held 100
+        p.acquire(100).await;
+        assert!(
+            t0.elapsed() <= Duration::from_millis(100),
+            "{:?}",
+            t0.elapsed()
+        );
+    }
+
+    #[test]
+    fn the_emulator_starts_high() {
+        assert!(is_emulator("http://127.0.0.1:10002/devstoreaccount1"));
+        assert!(!is_emulator("https://acct.table.core.windows.net"));
+        let c = PacerConfig::for_endpoint("http://127.0.0.1:10002/devstoreaccount1");
+        assert!(c.initial >= 100_000.0);
+    }
+}
