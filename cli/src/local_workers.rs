@@ -21,7 +21,9 @@ pub struct InProcessWorkers {
     shutdown: CancellationToken,
     /// Lease length of their claimed messages.
     pub visibility: Duration,
-    /// Longest wait between polls of an empty queue.
+    /// Longest wait between polls of an empty queue. Short: an idle in-process worker
+    /// should take a task another one split off within a page or two, and polling an
+    /// empty queue a few times a second costs nothing next to a backup.
     pub max_poll_interval: Duration,
 }
 
@@ -35,7 +37,7 @@ impl InProcessWorkers {
             accounts,
             shutdown,
             visibility: Duration::from_secs(60),
-            max_poll_interval: Duration::from_millis(500),
+            max_poll_interval: Duration::from_millis(100),
         }
     }
 }

@@ -362,6 +362,13 @@ pub async fn watch(
         report.entities = manifest.entities;
         report.raw_bytes = manifest.raw_bytes;
         report.stored_bytes = manifest.stored_bytes;
+        report.tasks_total = report.tasks_total.max(state.task_count());
+        report.largest_task_entities = manifest
+            .tables
+            .iter()
+            .flat_map(|t| &t.ranges)
+            .map(|r| r.entities)
+            .max();
         report.tables = manifest
             .tables
             .iter()
@@ -410,7 +417,9 @@ pub fn report_from_state(state: &JobState, location: &Location, status: JobStatu
         tables,
         tasks_committed: state.commits().len(),
         tasks_total: state.task_count(),
+        largest_task_entities: None,
         poisoned: PoisonReport::sorted(state.poisoned().values()),
+        planning_seconds: None,
         duration_seconds: 0.0,
         entities_per_second: 0.0,
         mb_per_second: 0.0,
@@ -428,7 +437,9 @@ pub async fn run_backup(
     let job = plan(req, location).await?;
     tracing::info!(backup_id = %job.backup_id, tasks = job.task_count(), "planned");
     enqueue(location, &job, None).await?;
+    let planning_seconds = started.elapsed().as_secs_f64();
     let mut report = watch(location, job, opts).await?;
+    report.planning_seconds = Some(planning_seconds);
     // Report the whole command's rate, planning included.
     report.timed(started.elapsed().as_secs_f64());
     Ok(report)

@@ -69,10 +69,17 @@ pub struct BackupReport {
     pub stored_bytes: u64,
     /// Tasks committed.
     pub tasks_committed: usize,
-    /// Tasks planned.
+    /// Tasks known: planned, and split off by workers while they scanned.
     pub tasks_total: usize,
+    /// Entities of the largest range in the manifest (complete backups): how evenly the
+    /// work was spread.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub largest_task_entities: Option<u64>,
     /// Poisoned tasks.
     pub poisoned: Vec<PoisonReport>,
+    /// Seconds spent planning and enqueueing (`backup` only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub planning_seconds: Option<f64>,
     /// Wall time of this command.
     pub duration_seconds: f64,
     /// Entities per second over this command's wall time.

@@ -17,6 +17,9 @@ use std::collections::HashMap;
 
 use crate::{Error, Location, Result};
 
+/// Least time between two looks at a job's records when workers report progress.
+const MIN_REFRESH: Duration = Duration::from_millis(250);
+
 /// What a progress display is shown.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Snapshot {
@@ -221,7 +224,14 @@ pub(crate) async fn watch(
             };
             tokio::select! {
                 _ = opts.shutdown.cancelled() => return Ok(JobStatus::Interrupted),
-                _ = changed => {}
+                _ = changed => {
+                    // Many small tasks finish in bursts: look at most every MIN_REFRESH,
+                    // since every look lists the job's records.
+                    tokio::select! {
+                        _ = opts.shutdown.cancelled() => return Ok(JobStatus::Interrupted),
+                        _ = tokio::time::sleep(MIN_REFRESH.min(opts.poll)) => {}
+                    }
+                }
                 _ = tokio::time::sleep(opts.poll) => {}
             }
         }

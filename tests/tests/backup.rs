@@ -454,6 +454,7 @@ async fn two_attempts_racing_on_one_task_commit_once() {
         stats: &stats,
         worker: "test",
         splitting: None,
+        limiter: None,
     };
     let (first, second) = (attempt(), attempt());
     let (x, y) = tokio::join!(first.run(), second.run());

@@ -7,6 +7,7 @@
 
 mod backup;
 mod restore;
+mod shapes;
 
 use std::path::PathBuf;
 use std::process::Stdio;
@@ -20,6 +21,7 @@ use crate::emulator::Azurite;
 
 pub use backup::run_backup_bench;
 pub use restore::run_restore_bench;
+pub use shapes::{ShapeOptions, run_shape_bench};
 
 /// Benchmark settings.
 #[derive(Debug, Clone)]
@@ -132,6 +134,17 @@ impl<'a> Tablevault<'a> {
             .output()
             .await
             .with_context(|| format!("cannot run {}", self.exe.display()))?;
+        // TABLEVAULT_BENCH_LOG=<file> keeps each child's log (with RUST_LOG) for profiling.
+        if let Ok(path) = std::env::var("TABLEVAULT_BENCH_LOG") {
+            use std::io::Write;
+            if let Ok(mut f) = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(path)
+            {
+                let _ = f.write_all(&out.stderr);
+            }
+        }
         let report: serde_json::Value = serde_json::from_slice(&out.stdout).with_context(|| {
             format!(
                 "{} did not print a report: {}{}",

@@ -1,9 +1,13 @@
 //! `tablevault-bench`: throughput and memory of tablevault on the Azurite emulator, next
 //! to the emulator's own ceiling. Build with `cargo build --release --bins` first; see
-//! the README's "Benchmarks" section.
+//! the README's "Benchmarks" section. `simulate` needs no emulator: it models Azure's
+//! published limits in virtual time (`tablevault_dev::sim`).
 
 use clap::{Args, Parser, Subcommand};
-use tablevault_dev::bench::{BenchOptions, run_backup_bench, run_restore_bench};
+use tablevault_dev::bench::{
+    BenchOptions, ShapeOptions, run_backup_bench, run_restore_bench, run_shape_bench,
+};
+use tablevault_dev::sim::{Policy, SimOptions};
 
 /// Measures tablevault on a local Azurite (installed and started by the harness).
 #[derive(Parser, Debug)]
@@ -20,6 +24,68 @@ enum Bench {
     /// Restore entities/s and peak RSS, with the emulator's batch-insert rate as the
     /// ceiling.
     Restore(Common),
+    /// Backup speed by key shape (sequential, GUID, Zipf, one partition, many small
+    /// tables) next to a sequential single-connection scan of the same data.
+    Shapes(Shapes),
+    /// Backup and restore against a model of Azure's published limits (2,000 entities/s
+    /// per partition, 20,000/s per account, 503 beyond), in virtual time.
+    Simulate(Simulate),
+}
+
+/// What the simulation takes.
+#[derive(Args, Debug)]
+struct Simulate {
+    /// Entities in the table.
+    #[arg(long, default_value_t = 10_000_000)]
+    entities: u64,
+    /// Partitions (default: one per 10,000 entities).
+    #[arg(long)]
+    partitions: Option<u32>,
+    /// Worker counts (comma-separated).
+    #[arg(long, value_delimiter = ',', default_value = "1,4,16,64")]
+    workers: Vec<usize>,
+    /// Policies (comma-separated): `product` (as built) and `paced` (prototype).
+    #[arg(long, value_delimiter = ',', default_value = "product,paced")]
+    policy: Vec<Policy>,
+    /// Tasks each worker runs at once.
+    #[arg(long, default_value_t = 4)]
+    tasks_per_worker: usize,
+    /// Restore batches in flight per task.
+    #[arg(long, default_value_t = 8)]
+    batches_in_flight: usize,
+    /// A backup task splits its remainder after reading this many entities.
+    #[arg(long, default_value_t = 20_000)]
+    split_after: u64,
+    /// Have the service send this `Retry-After` (ms) with every 503 (Azure: none known).
+    #[arg(long)]
+    retry_after_ms: Option<u64>,
+    /// Table sizes at which to measure peak RSS (comma-separated; 0 to skip).
+    #[arg(long, value_delimiter = ',', default_value = "100000,1000000,10000000")]
+    rss_sizes: Vec<u64>,
+    /// Seed of every random choice.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Print JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+impl From<Simulate> for SimOptions {
+    fn from(s: Simulate) -> Self {
+        SimOptions {
+            entities: s.entities,
+            partitions: s.partitions,
+            workers: s.workers,
+            policies: s.policy,
+            tasks_per_worker: s.tasks_per_worker,
+            batches_in_flight: s.batches_in_flight,
+            split_after: s.split_after,
+            retry_after: s.retry_after_ms.map(std::time::Duration::from_millis),
+            rss_sizes: s.rss_sizes.into_iter().filter(|&n| n > 0).collect(),
+            seed: s.seed,
+            json: s.json,
+        }
+    }
 }
 
 /// What both benchmarks take.
@@ -54,11 +120,51 @@ impl From<Common> for BenchOptions {
     }
 }
 
+#[derive(Args, Debug)]
+struct Shapes {
+    /// Entities per shape.
+    #[arg(long, default_value_t = 20_000)]
+    entities: u64,
+    /// In-process workers.
+    #[arg(long, default_value_t = 4)]
+    workers: usize,
+    /// Tables of the many-small-tables shape.
+    #[arg(long, default_value_t = 200)]
+    small_tables: u64,
+    /// Only these shapes (sequential, guid, zipf, one-partition, small-tables).
+    #[arg(long, value_delimiter = ',')]
+    only: Vec<String>,
+    /// Also back up with the old planning (8 probed ranges, no splitting) in the same run.
+    #[arg(long)]
+    compare: bool,
+    /// Print JSON.
+    #[arg(long)]
+    json: bool,
+}
+
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
     let result = match Cli::parse().command {
         Bench::Backup(c) => run_backup_bench(&c.into()).await,
         Bench::Restore(c) => run_restore_bench(&c.into()).await,
+        Bench::Shapes(s) => {
+            run_shape_bench(&ShapeOptions {
+                entities: s.entities,
+                workers: s.workers,
+                small_tables: s.small_tables,
+                only: s.only,
+                compare: s.compare,
+                json: s.json,
+            })
+            .await
+        }
+        // Each simulation builds its own paused runtime, which must not nest in this one.
+        Bench::Simulate(s) => {
+            let opts = SimOptions::from(s);
+            tokio::task::spawn_blocking(move || tablevault_dev::sim::run(&opts))
+                .await
+                .unwrap_or_else(|e| Err(anyhow::anyhow!("simulation panicked: {e}")))
+        }
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

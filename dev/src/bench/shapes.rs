@@ -1,0 +1,330 @@
+//! Backup speed by table shape: for each key shape, a fresh emulator is loaded with the
+//! same number of sample entities under that shape's keys, a sequential single-connection
+//! scan of all of it sets the baseline, and `tablevault backup --json` runs with the
+//! default planning (and, with `--compare`, with the old planning: probing for 8 ranges,
+//! no splitting), side by side in one run.
+
+use std::time::Instant;
+
+use anyhow::bail;
+use futures::StreamExt;
+use serde::Serialize;
+use tablevault_azure::table::{BatchOperation, Entity, TableClient};
+
+use super::{Tablevault, measure_scan};
+use crate::emulator::Azurite;
+use crate::sample::sample_entity;
+
+/// Settings of the shape benchmark.
+#[derive(Debug, Clone)]
+pub struct ShapeOptions {
+    /// Entities per shape.
+    pub entities: u64,
+    /// In-process workers.
+    pub workers: usize,
+    /// Tables of the many-small-tables shape.
+    pub small_tables: u64,
+    /// Shapes to run (names as printed); all when empty.
+    pub only: Vec<String>,
+    /// Also run the old planning (probed ranges, no splitting).
+    pub compare: bool,
+    /// Print JSON.
+    pub json: bool,
+}
+
+/// The key shapes.
+const SHAPES: &[&str] = &[
+    "sequential",
+    "guid",
+    "zipf",
+    "one-partition",
+    "small-tables",
+];
+
+/// One backup of one shape.
+#[derive(Debug, Clone, Serialize)]
+pub struct ShapeRun {
+    /// Shape.
+    pub shape: String,
+    /// `split` (default planning and splitting) or `probed` (the old planning).
+    pub planning: String,
+    /// Entities backed up.
+    pub entities: u64,
+    /// Sequential scan of the same data, entities/s.
+    pub scan_entities_per_second: f64,
+    /// Backup entities/s (whole command).
+    pub entities_per_second: f64,
+    /// Backup over scan.
+    pub ratio_to_scan: f64,
+    /// Seconds planning and enqueueing.
+    pub planning_seconds: f64,
+    /// Planning over the whole backup.
+    pub planning_share: f64,
+    /// Tasks in the manifest.
+    pub tasks: usize,
+    /// The largest task's share of all entities.
+    pub largest_task_share: f64,
+    /// The largest task over the mean task.
+    pub largest_over_mean: f64,
+    /// Peak RSS of the backup process.
+    pub peak_rss_bytes: Option<u64>,
+}
+
+fn guid(i: u64) -> String {
+    let h = (i as u128).wrapping_mul(0x9E37_79B9_7F4A_7C15_F39C_C060_5CED_C835);
+    let s = format!("{h:032x}");
+    format!(
+        "{}-{}-{}-{}-{}",
+        &s[..8],
+        &s[8..12],
+        &s[12..16],
+        &s[16..20],
+        &s[20..]
+    )
+}
+
+/// Entity `i` of `n` under a shape's keys: (table index, entity).
+fn shaped(shape: &str, i: u64, n: u64, small_tables: u64) -> (u64, Entity) {
+    let mut e = sample_entity(i, 1);
+    let (table, pk, rk) = match shape {
+        "sequential" => (
+            0,
+            format!("customer-{:05}", i / 500),
+            format!("order-{i:010}"),
+        ),
+        "guid" => (0, guid(i), String::new()),
+        // Zipf-like partition sizes: partition rank r holds about n / (r * H) entities.
+        "zipf" => {
+            let rank = zipf_rank(i, n);
+            (0, guid(1_000_000 + rank), format!("order-{i:010}"))
+        }
+        "one-partition" => (0, "tenant-0001".to_string(), format!("order-{i:010}")),
+        _ => {
+            let per = n.div_ceil(small_tables.max(1));
+            (
+                i / per,
+                format!("customer-{:05}", (i % per) / 50),
+                format!("order-{i:010}"),
+            )
+        }
+    };
+    e.partition_key = pk;
+    e.row_key = rk;
+    (table, e)
+}
+
+/// The partition rank of entity `i` of `n` when partition sizes follow 1/rank over
+/// `n / 100` partitions (inverting the harmonic sums).
+fn zipf_rank(i: u64, n: u64) -> u64 {
+    let partitions = (n / 100).max(1);
+    let h: f64 = (1..=partitions).map(|r| 1.0 / r as f64).sum();
+    let target = (i as f64 + 0.5) / n as f64 * h;
+    let mut acc = 0.0;
+    for r in 1..=partitions {
+        acc += 1.0 / r as f64;
+        if acc >= target {
+            return r;
+        }
+    }
+    partitions
+}
+
+fn table_name(shape: &str, t: u64) -> String {
+    let base: String = shape.chars().filter(char::is_ascii_alphanumeric).collect();
+    format!("Shape{base}{t:03}")
+}
+
+/// Loads a shape, batching by partition.
+async fn load(
+    client: &TableClient,
+    shape: &str,
+    opts: &ShapeOptions,
+) -> anyhow::Result<Vec<String>> {
+    let n = opts.entities;
+    let mut groups: std::collections::BTreeMap<(u64, String), Vec<Entity>> = Default::default();
+    for i in 0..n {
+        let (t, e) = shaped(shape, i, n, opts.small_tables);
+        groups
+            .entry((t, e.partition_key.clone()))
+            .or_default()
+            .push(e);
+    }
+    let mut tables: Vec<String> = groups.keys().map(|(t, _)| table_name(shape, *t)).collect();
+    tables.dedup();
+    for t in &tables {
+        client.create_table(t).await?;
+    }
+    let batches: Vec<(String, Vec<BatchOperation>)> = groups
+        .into_iter()
+        .flat_map(|((t, _), es)| {
+            let name = table_name(shape, t);
+            es.chunks(100)
+                .map(|c| {
+                    (
+                        name.clone(),
+                        c.iter()
+                            .cloned()
+                            .map(BatchOperation::InsertOrReplace)
+                            .collect(),
+                    )
+                })
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    let mut puts = futures::stream::iter(batches)
+        .map(|(t, ops)| async move { client.submit_batch(&t, &ops).await })
+        .buffer_unordered(8);
+    while let Some(r) = puts.next().await {
+        r?;
+    }
+    Ok(tables)
+}
+
+async fn backup(
+    tv: &Tablevault<'_>,
+    shape: &str,
+    tables: &[String],
+    opts: &ShapeOptions,
+    scan_eps: f64,
+    old: bool,
+) -> anyhow::Result<ShapeRun> {
+    let name = format!("shape-{}-{}", if old { "old" } else { "new" }, tables.len());
+    let workers = opts.workers.to_string();
+    let list = tables.join(",");
+    let mut args = vec![
+        "backup",
+        "--tables",
+        &list,
+        "--workers",
+        &workers,
+        "--container",
+        &name,
+        "--queue",
+        &name,
+    ];
+    if old {
+        args.extend(["--ranges", "8", "--no-split"]);
+    }
+    let report = tv.run(&args).await?;
+    let entities = report["entities"].as_u64().unwrap_or(0);
+    if entities != opts.entities {
+        bail!(
+            "{shape}: backed up {entities} of {} entities",
+            opts.entities
+        );
+    }
+    let seconds = report["duration_seconds"].as_f64().unwrap_or(f64::NAN);
+    let planning = report["planning_seconds"].as_f64().unwrap_or(f64::NAN);
+    let tasks: usize = report["tables"]
+        .as_array()
+        .map(|ts| ts.iter().filter_map(|t| t["ranges"].as_u64()).sum::<u64>() as usize)
+        .unwrap_or(0);
+    let largest = report["largest_task_entities"].as_u64().unwrap_or(0) as f64;
+    let eps = entities as f64 / seconds;
+    Ok(ShapeRun {
+        shape: shape.to_string(),
+        planning: if old { "probed" } else { "split" }.to_string(),
+        entities,
+        scan_entities_per_second: scan_eps,
+        entities_per_second: eps,
+        ratio_to_scan: eps / scan_eps,
+        planning_seconds: planning,
+        planning_share: planning / seconds,
+        tasks,
+        largest_task_share: largest / entities as f64,
+        largest_over_mean: largest / (entities as f64 / tasks.max(1) as f64),
+        peak_rss_bytes: report["peak_rss_bytes"].as_u64(),
+    })
+}
+
+/// Runs the shape benchmark and prints its table (or JSON).
+pub async fn run_shape_bench(opts: &ShapeOptions) -> anyhow::Result<()> {
+    let mut runs = Vec::new();
+    for shape in SHAPES
+        .iter()
+        .filter(|s| opts.only.is_empty() || opts.only.iter().any(|o| o == *s))
+    {
+        let azurite = Azurite::start_split().await?;
+        let tv = Tablevault::new(&azurite)?;
+        let client = TableClient::new(&azurite.account())?;
+        let t = Instant::now();
+        let tables = load(&client, shape, opts).await?;
+        if !opts.json {
+            eprintln!(
+                "{shape}: loaded {} entities into {} table(s) in {:.0} s",
+                opts.entities,
+                tables.len(),
+                t.elapsed().as_secs_f64()
+            );
+        }
+        // The baseline: one connection reading every table from start to end.
+        let started = Instant::now();
+        let mut scanned = 0;
+        for table in &tables {
+            scanned += measure_scan(&client, table).await?.entities;
+        }
+        let scan_eps = scanned as f64 / started.elapsed().as_secs_f64();
+        let mut variants = vec![false];
+        if opts.compare {
+            variants.insert(0, true);
+        }
+        for old in variants {
+            let run = backup(&tv, shape, &tables, opts, scan_eps, old).await?;
+            if !opts.json {
+                eprintln!(
+                    "  {:>6}: {:.0} entities/s ({:.2}x scan), planning {:.2} s, {} tasks, largest {:.1}%",
+                    run.planning,
+                    run.entities_per_second,
+                    run.ratio_to_scan,
+                    run.planning_seconds,
+                    run.tasks,
+                    run.largest_task_share * 100.0
+                );
+            }
+            runs.push(run);
+        }
+    }
+    if opts.json {
+        println!("{}", serde_json::to_string_pretty(&runs)?);
+        return Ok(());
+    }
+    println!(
+        "\n| table shape | planning | scan e/s | backup e/s | vs scan | planning s (share) | tasks | largest task | largest / mean | peak RSS |"
+    );
+    println!("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|");
+    for r in &runs {
+        println!(
+            "| {} | {} | {:.0} | {:.0} | {:.2}x | {:.2} ({:.1}%) | {} | {:.1}% | {:.2} | {} |",
+            r.shape,
+            r.planning,
+            r.scan_entities_per_second,
+            r.entities_per_second,
+            r.ratio_to_scan,
+            r.planning_seconds,
+            r.planning_share * 100.0,
+            r.tasks,
+            r.largest_task_share * 100.0,
+            r.largest_over_mean,
+            super::human_bytes(r.peak_rss_bytes),
+        );
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn zipf_partitions_are_skewed_and_cover_every_entity() {
+        let n = 10_000;
+        let mut sizes = std::collections::BTreeMap::<u64, u64>::new();
+        for i in 0..n {
+            *sizes.entry(zipf_rank(i, n)).or_default() += 1;
+        }
+        let biggest = *sizes.values().max().unwrap();
+        assert!(biggest > n / 10, "the largest partition holds {biggest}");
+        assert_eq!(sizes.values().sum::<u64>(), n);
+        assert!(sizes.len() > 50);
+    }
+}
