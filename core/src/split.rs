@@ -211,7 +211,7 @@ const DIGITS: usize = 4;
 
 /// A string between `lo` and `hi` (or the top of the key space), by key value: the common
 /// prefix, then the midpoint of the next four positions in the rank space of the
-/// alphabet the bounds use ([`local_alphabet`]; the whole [`alphabet`] without `hi`).
+/// alphabet the bounds use (their character classes; a dense alphabet of printable ASCII and BMP anchors without `hi`).
 /// Only used as a probe position, so it need not be a key anyone stored; it is always
 /// legal and always above `lo`.
 pub fn midpoint(lo: &str, hi: Option<&str>) -> String {
@@ -268,7 +268,7 @@ pub fn midpoint(lo: &str, hi: Option<&str>) -> String {
     }
 }
 
-/// Adds `amount` units at position `pos` of `s`, read as a number in [`alphabet`] rank
+/// Adds `amount` units at position `pos` of `s`, read as a number in the dense alphabet's rank
 /// space, carrying leftwards. `None` when the result passes the top of the key space.
 pub fn increment(s: &str, pos: usize, amount: u64) -> Option<String> {
     let units: Vec<u16> = s.encode_utf16().collect();
