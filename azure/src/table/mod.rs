@@ -14,6 +14,7 @@ use serde::Deserialize;
 pub use batch::{BatchOperation, MAX_BATCH_BYTES, MAX_BATCH_OPERATIONS, batch_carries_keys};
 pub use entity::{
     EdmType, EdmValue, Entity, EntityDecodeError, format_double, parse_double, write_double,
+    write_int,
 };
 pub use filter::{Cmp, Filter, literal, string_literal};
 pub use pages::Pages;

@@ -55,17 +55,7 @@ async fn run(cfg: SimConfig) -> RunReport {
     let fresh = Box::new(ranges.into_iter().map(|(lo, hi)| RangeTask { lo, hi }));
     let engine = Rc::new(Engine::new(cfg.clone(), table, fresh, initial as u64));
     let progress = Rc::new(RefCell::new(Progress::default()));
-    let mut phases = Rng::new(cfg.seed ^ 0x5ed);
-    let workers: Vec<Rc<Worker>> = (0..cfg.workers.max(1))
-        .map(|_| {
-            Rc::new(Worker::new(
-                &cfg,
-                Instant::now(),
-                phases.unit(),
-                cfg.page_size,
-            ))
-        })
-        .collect();
+    let workers = Worker::fleet(&cfg, cfg.page_size);
     let (e, p) = (engine.clone(), progress.clone());
     let seconds = engine
         .drive(&workers, move |w, m| scan(e.clone(), w, p.clone(), m))

@@ -132,6 +132,15 @@ impl Worker {
             busy: Cell::new(0),
         }
     }
+
+    /// The fleet of a run: `cfg.workers` workers (at least one), each starting at its own
+    /// random phase of the interval between two requests of `entities`.
+    pub fn fleet(cfg: &SimConfig, entities: u64) -> Vec<Rc<Worker>> {
+        let mut phases = Rng::new(cfg.seed ^ 0x5ed);
+        (0..cfg.workers.max(1))
+            .map(|_| Rc::new(Worker::new(cfg, Instant::now(), phases.unit(), entities)))
+            .collect()
+    }
 }
 
 /// Limiter levels seen by the sampler.

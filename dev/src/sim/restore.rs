@@ -11,7 +11,7 @@ use tokio::time::Instant;
 
 use super::engine::{Engine, Msg, Worker, paused_runtime};
 use super::pacer::Pacer;
-use super::table::{Rng, Shuffled, Table};
+use super::table::{Shuffled, Table};
 use super::{Policy, RestoreDetails, RunReport, SimConfig};
 
 /// What the restore's tasks did.
@@ -46,17 +46,7 @@ async fn run(cfg: SimConfig) -> RunReport {
         done: vec![0; blocks.div_ceil(64) as usize],
         ..Progress::default()
     }));
-    let mut phases = Rng::new(cfg.seed ^ 0x5ed);
-    let workers: Vec<Rc<Worker>> = (0..cfg.workers.max(1))
-        .map(|_| {
-            Rc::new(Worker::new(
-                &cfg,
-                Instant::now(),
-                phases.unit(),
-                cfg.batch_size,
-            ))
-        })
-        .collect();
+    let workers = Worker::fleet(&cfg, cfg.batch_size);
     let (e, p) = (engine.clone(), progress.clone());
     let seconds = engine
         .drive(&workers, move |w, m| replay(e.clone(), w, p.clone(), m))

@@ -177,7 +177,7 @@ impl fmt::Write for CountingWriter {
 }
 
 /// Appends an integer in decimal (what `{}` writes), without the formatting machinery.
-fn push_int(out: &mut String, i: i64) {
+pub fn write_int(out: &mut String, i: i64) {
     let mut digits = [0u8; 20];
     let mut n = i.unsigned_abs();
     let mut at = digits.len();
@@ -377,10 +377,10 @@ impl Entity {
                     push_json_str(out, s)
                 }
                 EdmValue::Boolean(b) => out.push_str(if *b { "true" } else { "false" }),
-                EdmValue::Int32(i) => push_int(out, i64::from(*i)),
+                EdmValue::Int32(i) => write_int(out, i64::from(*i)),
                 EdmValue::Int64(i) => {
                     out.push('"');
-                    push_int(out, *i);
+                    write_int(out, *i);
                     out.push('"');
                 }
                 // Finite doubles are JSON numbers, as every SDK writes them; only NaN and

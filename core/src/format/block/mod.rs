@@ -20,7 +20,7 @@ use base64::engine::general_purpose::STANDARD as BASE64;
 
 use super::FORMAT_VERSION;
 use super::escape::{push_attr, push_attr_unchecked, push_base64, push_text};
-use tablevault_azure::table::{EdmValue, Entity, write_double};
+use tablevault_azure::table::{EdmValue, Entity, write_double, write_int};
 
 const BLOCK_NS: &str = "urn:tablevault:format:1";
 const ODATA_METADATA_NS: &str = "http://schemas.microsoft.com/ado/2007/08/dataservices/metadata";
@@ -90,25 +90,6 @@ fn write_attr(out: &mut String, name: &str, name64: &str, value: &str) {
     out.push('"');
 }
 
-/// Appends an integer in decimal (what `{}` writes), without the formatting machinery.
-fn push_int(out: &mut String, i: i64) {
-    let mut digits = [0u8; 20];
-    let mut n = i.unsigned_abs();
-    let mut at = digits.len();
-    loop {
-        at -= 1;
-        digits[at] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
-    }
-    if i < 0 {
-        out.push('-');
-    }
-    out.push_str(std::str::from_utf8(&digits[at..]).expect("ASCII digits"));
-}
-
 fn write_entry(out: &mut String, e: &Entity) {
     out.push_str("<entry");
     if let Some(etag) = &e.etag {
@@ -137,11 +118,11 @@ fn write_entry(out: &mut String, e: &Entity) {
             }
             EdmValue::Int32(i) => {
                 out.push('>');
-                push_int(out, i64::from(*i));
+                write_int(out, i64::from(*i));
             }
             EdmValue::Int64(i) => {
                 out.push('>');
-                push_int(out, *i);
+                write_int(out, *i);
             }
             EdmValue::Double(d) => {
                 out.push('>');
