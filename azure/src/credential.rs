@@ -144,6 +144,11 @@ impl SasToken {
 pub trait TokenProvider: Send + Sync + fmt::Debug {
     /// A currently valid access token.
     fn token(&self) -> BoxFuture<'_, Result<Secret<String>, TokenError>>;
+
+    /// Who the tokens belong to (kind and ids, never a token), for error messages.
+    fn identity(&self) -> Option<String> {
+        None
+    }
 }
 
 /// A fixed token, for tests and for tokens obtained outside tablevault.

@@ -13,6 +13,8 @@ use tokio::process::{Child, Command};
 use tablevault_azure::StorageAccount;
 use tablevault_azure::config::{EMULATOR_ACCOUNT, EMULATOR_KEY};
 
+use crate::tls::TestCertificate;
+
 /// Why the emulator could not be provided.
 #[derive(Debug, thiserror::Error)]
 pub enum EmulatorError {
@@ -98,11 +100,30 @@ pub struct Azurite {
     table_port: u16,
     /// Started with one process per service (blob, queue, table, in that order).
     split: bool,
+    /// `https` when started with a certificate ([`Azurite::start_oauth`]), else `http`.
+    scheme: &'static str,
 }
 
 impl Azurite {
     /// Starts Blob, Queue and Table in one process, in memory, on free ports.
     pub async fn start() -> Result<Self, EmulatorError> {
+        Self::start_with(&[], "http").await
+    }
+
+    /// As [`Azurite::start`], but over HTTPS with the process's throwaway certificate
+    /// ([`TestCertificate::shared`]) and accepting Microsoft Entra ID bearer tokens
+    /// (`--oauth basic`). Azurite checks a token's issuer, audience and lifetime but not
+    /// its signature, so tests can mint their own. Shared Key still works.
+    pub async fn start_oauth() -> Result<Self, EmulatorError> {
+        let cert = TestCertificate::shared();
+        let (c, k) = (
+            cert.cert_path.to_string_lossy().into_owned(),
+            cert.key_path.to_string_lossy().into_owned(),
+        );
+        Self::start_with(&["--oauth", "basic", "--cert", &c, "--key", &k], "https").await
+    }
+
+    async fn start_with(extra: &[&str], scheme: &'static str) -> Result<Self, EmulatorError> {
         let dir = ensure_installed()?;
         let mut cmd = Command::new(bin(&dir, "azurite"));
         cmd.args([
@@ -122,6 +143,7 @@ impl Azurite {
             "--tablePort",
             "0",
         ]);
+        cmd.args(extra);
         let (child, ports) = spawn_and_read_ports(cmd, 3).await?;
         let port = |svc: &str| {
             ports
@@ -136,6 +158,7 @@ impl Azurite {
             table_port: port("Table")?,
             children: vec![child],
             split: false,
+            scheme,
         })
     }
 
@@ -158,6 +181,7 @@ impl Azurite {
             queue_port: ports[1],
             table_port: ports[2],
             split: true,
+            scheme: "http",
         })
     }
 
@@ -185,10 +209,20 @@ impl Azurite {
     /// A connection string for this instance (the emulator key is public).
     pub fn connection_string(&self) -> String {
         format!(
-            "DefaultEndpointsProtocol=http;AccountName={EMULATOR_ACCOUNT};AccountKey={EMULATOR_KEY};\
-             BlobEndpoint=http://127.0.0.1:{}/{EMULATOR_ACCOUNT};\
-             QueueEndpoint=http://127.0.0.1:{}/{EMULATOR_ACCOUNT};\
-             TableEndpoint=http://127.0.0.1:{}/{EMULATOR_ACCOUNT};",
+            "DefaultEndpointsProtocol={};AccountName={EMULATOR_ACCOUNT};AccountKey={EMULATOR_KEY};{}",
+            self.scheme,
+            self.endpoints()
+        )
+    }
+
+    /// The three endpoints as connection-string pairs, with no credential: what
+    /// `--auth-mode login` takes for an emulator started with [`Azurite::start_oauth`].
+    pub fn endpoints(&self) -> String {
+        let s = self.scheme;
+        format!(
+            "BlobEndpoint={s}://127.0.0.1:{}/{EMULATOR_ACCOUNT};\
+             QueueEndpoint={s}://127.0.0.1:{}/{EMULATOR_ACCOUNT};\
+             TableEndpoint={s}://127.0.0.1:{}/{EMULATOR_ACCOUNT};",
             self.blob_port, self.queue_port, self.table_port
         )
     }

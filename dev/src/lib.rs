@@ -7,3 +7,4 @@ pub mod bench;
 pub mod emulator;
 pub mod sample;
 pub mod sim;
+pub mod tls;

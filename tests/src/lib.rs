@@ -1,7 +1,8 @@
 //! Support code for tablevault's integration tests: a fresh, isolated Azurite per test
 //! (in memory, on free ports), a scripted mock HTTP server for failures Azurite cannot
-//! produce, and small data helpers.
+//! produce, a fake Entra ID token endpoint, and small data helpers.
 
+pub mod fake_entra;
 pub mod fault_proxy;
 pub mod mock_server;
 

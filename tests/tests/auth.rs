@@ -128,3 +128,265 @@ async fn a_wrong_key_is_a_final_403() {
     assert_eq!(err.status(), Some(403));
     assert!(!err.is_retryable());
 }
+
+// ---------------------------------------------------------------------------------------
+// Microsoft Entra ID (`--auth-mode login`) against Azurite's OAuth mode over HTTPS, with a
+// fake Entra token endpoint (tests/src/fake_entra.rs). Azurite 3.37 checks a bearer token's
+// issuer, audience and lifetime but not its signature, and answers a token it does not
+// accept with 403 AuthenticationFailed (the service says 401).
+
+mod login {
+    use std::path::PathBuf;
+    use std::time::Duration;
+
+    use bytes::Bytes;
+    use tablevault_azure::blob::BlobClient;
+    use tablevault_azure::config::{AccountSetting, AuthConfig, StorageAccount};
+    use tablevault_azure::identity::{IdentityConfig, IdentityKind};
+    use tablevault_azure::queue::{MessageTtl, QueueClient};
+    use tablevault_azure::redact::Secret;
+    use tablevault_azure::table::{Entity, TableClient};
+    use tablevault_dev::emulator::Azurite;
+    use tablevault_dev::tls::TestCertificate;
+    use tablevault_tests::fake_entra::{self, FakeEntra};
+    use tablevault_tests::{unique_lower, unique_table};
+
+    const SETTING: AccountSetting = AccountSetting {
+        what: "backup",
+        flag: "--backup",
+        env: "TABLEVAULT_BACKUP",
+    };
+
+    /// Azurite in OAuth mode, trusted through the throwaway CA.
+    async fn azurite() -> Azurite {
+        tablevault_azure::pipeline::trust_ca_certificate(
+            TestCertificate::shared().ca_pem.as_bytes(),
+        )
+        .unwrap();
+        Azurite::start_oauth()
+            .await
+            .unwrap_or_else(|e| panic!("cannot start Azurite in OAuth mode: {e}"))
+    }
+
+    fn identity(kind: IdentityKind, entra: &FakeEntra) -> IdentityConfig {
+        IdentityConfig {
+            kind,
+            client_id: Some(fake_entra::CLIENT_ID.into()),
+            tenant_id: Some(fake_entra::TENANT.into()),
+            authority_host: Some(entra.authority.clone()),
+            client_secret: Some(Secret::new(fake_entra::SECRET.into())),
+            ..Default::default()
+        }
+    }
+
+    fn login_account(azurite: &Azurite, identity: IdentityConfig) -> StorageAccount {
+        StorageAccount::resolve_with(
+            Some(&azurite.endpoints()),
+            SETTING,
+            &AuthConfig::login(identity),
+        )
+        .unwrap()
+    }
+
+    async fn touch_table(account: &StorageAccount) {
+        let t = TableClient::new(account).unwrap();
+        let name = unique_table("login");
+        t.create_table(&name).await.unwrap();
+        t.insert_entity(&name, &Entity::new("p", "r"))
+            .await
+            .unwrap();
+        assert!(t.get_entity(&name, "p", "r").await.unwrap().is_some());
+    }
+
+    #[tokio::test]
+    async fn client_secret_login_works_for_all_three_services_with_one_token() {
+        let (azurite, entra) = (azurite().await, FakeEntra::start().await);
+        let account = login_account(&azurite, identity(IdentityKind::ClientSecret, &entra));
+        touch_table(&account).await;
+
+        let q = QueueClient::new(&account, &unique_lower("q")).unwrap();
+        q.create().await.unwrap();
+        q.put_message("m", None, MessageTtl::Never).await.unwrap();
+        let got = q.get_messages(1, Duration::from_secs(5)).await.unwrap();
+        assert_eq!(got.len(), 1);
+
+        let c = BlobClient::new(&account, &unique_lower("c")).unwrap();
+        c.create_container().await.unwrap();
+        c.put_block("b", "00000000", Bytes::from_static(b"abc"))
+            .await
+            .unwrap();
+        c.put_block_list("b", &["00000000".to_string()], &Default::default())
+            .await
+            .unwrap();
+        assert_eq!(
+            c.get_range("b", 0, 3).await.unwrap(),
+            Bytes::from_static(b"abc")
+        );
+        // A second account setting with the same identity shares the token.
+        let again = login_account(&azurite, identity(IdentityKind::ClientSecret, &entra));
+        touch_table(&again).await;
+        assert_eq!(
+            entra.requests(),
+            1,
+            "one token for every service and account"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_token_near_expiry_is_refreshed() {
+        let (azurite, entra) = (azurite().await, FakeEntra::start().await);
+        // Under the five minutes of refresh margin from the start.
+        entra
+            .shared
+            .expires_in
+            .store(120, std::sync::atomic::Ordering::SeqCst);
+        let account = login_account(&azurite, identity(IdentityKind::ClientSecret, &entra));
+        let t = TableClient::new(&account).unwrap();
+        t.list_tables().await.unwrap();
+        assert_eq!(entra.requests(), 1);
+        t.list_tables().await.unwrap();
+        assert_eq!(
+            entra.requests(),
+            2,
+            "a token with 2 minutes left is refreshed"
+        );
+        entra
+            .shared
+            .expires_in
+            .store(3600, std::sync::atomic::Ordering::SeqCst);
+        t.list_tables().await.unwrap();
+        t.list_tables().await.unwrap();
+        assert_eq!(entra.requests(), 3, "a fresh token is reused");
+    }
+
+    #[tokio::test]
+    async fn a_refused_token_names_the_identity_and_account_but_not_the_token() {
+        let (azurite, entra) = (azurite().await, FakeEntra::start().await);
+        *entra.shared.audience.lock().unwrap() = "https://vault.azure.net".into();
+        let account = login_account(&azurite, identity(IdentityKind::ClientSecret, &entra));
+        let err = TableClient::new(&account)
+            .unwrap()
+            .list_tables()
+            .await
+            .unwrap_err();
+        assert!(matches!(err.status(), Some(401 | 403)), "{err}");
+        assert!(!err.is_retryable());
+        let text = err.to_string();
+        for part in [
+            fake_entra::CLIENT_ID,
+            fake_entra::OBJECT_ID,
+            "table service of account devstoreaccount1",
+            "https://storage.azure.com",
+        ] {
+            assert!(text.contains(part), "{part:?} missing in: {text}");
+        }
+        assert!(!text.contains("eyJ"), "token text in: {text}");
+        assert!(!text.contains(fake_entra::SECRET), "{text}");
+    }
+
+    #[tokio::test]
+    async fn workload_identity_exchanges_the_federated_token() {
+        let (azurite, entra) = (azurite().await, FakeEntra::start().await);
+        let dir = std::env::temp_dir().join(unique_lower("tv-wi"));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("token");
+        std::fs::write(&file, "kubernetes-service-account-token").unwrap();
+        let mut id = identity(IdentityKind::Auto, &entra);
+        id.client_secret = None;
+        id.federated_token_file = Some(file);
+        let account = login_account(&azurite, id);
+        touch_table(&account).await;
+        assert_eq!(entra.requests(), 1);
+        assert_eq!(
+            entra.shared.last_assertion.lock().unwrap().as_deref(),
+            Some("kubernetes-service-account-token")
+        );
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    const CHILD_ENV: &str = "TV_TEST_AZ_CHILD_ENDPOINTS";
+
+    /// Runs in a child process of `azure_cli_identity_runs_az_from_path`, with a fake `az`
+    /// first on PATH (PATH is process-wide, so it is not changed in the test process).
+    #[tokio::test]
+    #[ignore = "run by azure_cli_identity_runs_az_from_path in a child process"]
+    async fn azure_cli_child() {
+        let Ok(endpoints) = std::env::var(CHILD_ENV) else {
+            return;
+        };
+        let id = IdentityConfig {
+            kind: IdentityKind::AzureCli,
+            ..Default::default()
+        };
+        let account =
+            StorageAccount::resolve_with(Some(&endpoints), SETTING, &AuthConfig::login(id))
+                .unwrap();
+        touch_table(&account).await;
+        let t = TableClient::new(&account).unwrap();
+        t.list_tables().await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn azure_cli_identity_runs_az_from_path() {
+        let azurite = azurite().await;
+        let dir: PathBuf = std::env::temp_dir().join(unique_lower("tv-az"));
+        std::fs::create_dir_all(&dir).unwrap();
+        let calls = dir.join("calls");
+        let token = fake_entra::mint_token("https://storage.azure.com", 3600);
+        let expires_on = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs()
+            + 3600;
+        let script = format!(
+            "#!/bin/sh\necho \"$*\" >> '{}'\ncat <<'EOF'\n{{\"accessToken\": \"{token}\", \"expires_on\": {expires_on}, \"tokenType\": \"Bearer\"}}\nEOF\n",
+            calls.display()
+        );
+        let az = dir.join("az");
+        std::fs::write(&az, script).unwrap();
+        {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(&az, std::fs::Permissions::from_mode(0o755)).unwrap();
+        }
+        let path = format!(
+            "{}:{}",
+            dir.display(),
+            std::env::var("PATH").unwrap_or_default()
+        );
+        let out = tokio::process::Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "login::azure_cli_child",
+                "--ignored",
+                "--nocapture",
+            ])
+            .env("PATH", path)
+            .env(CHILD_ENV, azurite.endpoints())
+            .env(
+                tablevault_azure::pipeline::CA_CERT_ENV,
+                &TestCertificate::shared().ca_path,
+            )
+            .output()
+            .await
+            .unwrap();
+        let log = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(out.status.success(), "child failed:\n{log}");
+        assert!(log.contains("1 passed"), "child ran no test:\n{log}");
+        let calls = std::fs::read_to_string(&calls).unwrap();
+        assert_eq!(
+            calls.lines().count(),
+            1,
+            "az runs once, then the cache serves"
+        );
+        assert!(
+            calls.contains("account get-access-token")
+                && calls.contains("https://storage.azure.com/.default"),
+            "{calls}"
+        );
+        let _ = std::fs::remove_dir_all(dir);
+    }
+}

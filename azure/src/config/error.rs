@@ -75,7 +75,9 @@ pub enum ConfigError {
     #[error("connection string has both AccountKey and SharedAccessSignature; give one")]
     AmbiguousCredential,
     /// No way to authenticate.
-    #[error("connection string has neither AccountKey nor SharedAccessSignature")]
+    #[error(
+        "connection string has neither AccountKey nor SharedAccessSignature (for Microsoft Entra ID, use --auth-mode login)"
+    )]
     MissingCredential,
     /// `AccountKey` without `AccountName`.
     #[error("connection string has AccountKey but no AccountName")]

@@ -9,8 +9,10 @@ use std::sync::Arc;
 
 use url::Url;
 
+mod auth;
 mod error;
 
+pub use auth::{AuthConfig, AuthMode, fallback_configured};
 pub use error::ConfigError;
 
 use crate::credential::{Credential, SasToken, SharedKeyCredential, TokenProvider};
@@ -47,7 +49,7 @@ impl fmt::Debug for StorageAccount {
 impl StorageAccount {
     /// Parses an Azure Storage connection string.
     pub fn from_connection_string(text: &str) -> Result<Self, ConfigError> {
-        ConnectionString::parse(text)?.into_account()
+        ConnectionString::parse(text)?.into_account(None)
     }
 
     /// An account addressed by name on the public cloud, authenticated with its key.
@@ -262,8 +264,17 @@ impl ConnectionString {
         Ok(cs)
     }
 
-    fn into_account(self) -> Result<StorageAccount, ConfigError> {
+    /// The account; `token` is the Entra ID credential of login mode, used when the string
+    /// holds neither key nor SAS (with one of them it is refused: two ways to authenticate).
+    fn into_account(self, token: Option<Credential>) -> Result<StorageAccount, ConfigError> {
         if let Some(dev) = &self.use_dev {
+            if token.is_some() {
+                return Err(ConfigError::NotConfigured(
+                    "UseDevelopmentStorage=true is the emulator's key over http; with --auth-mode login give \
+                     the emulator's https endpoints (BlobEndpoint=https://127.0.0.1:10000/devstoreaccount1;...)"
+                        .into(),
+                ));
+            }
             if !dev.eq_ignore_ascii_case("true") {
                 return Err(ConfigError::InvalidDevelopmentStorage);
             }
@@ -315,6 +326,13 @@ impl ConnectionString {
 
         let credential = match (&self.account_key, &self.sas) {
             (Some(_), Some(_)) => return Err(ConfigError::AmbiguousCredential),
+            (Some(_), None) | (None, Some(_)) if token.is_some() => {
+                return Err(ConfigError::NotConfigured(
+                    "auth mode login, but the connection string holds an AccountKey or SharedAccessSignature \
+                     (value not shown): remove it, or use --auth-mode key"
+                        .into(),
+                ));
+            }
             (Some(key), None) => {
                 let name = self
                     .account_name
@@ -323,7 +341,7 @@ impl ConnectionString {
                 Credential::SharedKey(SharedKeyCredential::from_base64(name, key)?)
             }
             (None, Some(sas)) => Credential::Sas(SasToken::parse(sas)?),
-            (None, None) => return Err(ConfigError::MissingCredential),
+            (None, None) => token.ok_or(ConfigError::MissingCredential)?,
         };
         let name = match &self.account_name {
             Some(n) => n.clone(),
@@ -401,22 +419,11 @@ pub struct AccountSetting {
 
 impl StorageAccount {
     /// The account an option names (the option already holds its own environment
-    /// variable, if set), falling back to `AZURE_STORAGE_CONNECTION_STRING`. Errors say
-    /// how to give the setting and never echo a secret.
+    /// variable, if set), with the process's authentication settings
+    /// ([`AuthConfig::process`]: those installed by the binary, else the environment).
+    /// See [`StorageAccount::resolve_with`].
     pub fn resolve(given: Option<&str>, setting: AccountSetting) -> Result<Self, ConfigError> {
-        let fallback = std::env::var(FALLBACK_ENV).ok();
-        let text = given.or(fallback.as_deref()).ok_or_else(|| {
-            ConfigError::NotConfigured(format!(
-                "no {} account: pass {} <CONNECTION_STRING> or set {} or {FALLBACK_ENV}",
-                setting.what, setting.flag, setting.env
-            ))
-        })?;
-        Self::from_connection_string(text).map_err(|e| {
-            ConfigError::NotConfigured(format!(
-                "the {} connection string is invalid: {e}",
-                setting.what
-            ))
-        })
+        Self::resolve_with(given, setting, &AuthConfig::process()?)
     }
 }
 
