@@ -28,9 +28,10 @@ pub enum ExitCode {
 pub fn outcome_code(outcome: &Outcome) -> ExitCode {
     match outcome {
         Outcome::Backup(r) => match r.status {
-            JobStatus::Incomplete | JobStatus::Failed | JobStatus::Cancelled => {
-                ExitCode::Incomplete
-            }
+            JobStatus::Incomplete
+            | JobStatus::Failed
+            | JobStatus::Cancelled
+            | JobStatus::Deleting => ExitCode::Incomplete,
             JobStatus::Mismatch => ExitCode::Mismatch,
             JobStatus::Interrupted => ExitCode::Interrupted,
             JobStatus::Complete | JobStatus::InProgress => ExitCode::Ok,
@@ -40,22 +41,26 @@ pub fn outcome_code(outcome: &Outcome) -> ExitCode {
             JobStatus::Interrupted => ExitCode::Interrupted,
             JobStatus::Mismatch => ExitCode::Mismatch,
             JobStatus::InProgress => ExitCode::Ok,
-            JobStatus::Incomplete | JobStatus::Failed | JobStatus::Cancelled => {
-                ExitCode::Incomplete
-            }
+            JobStatus::Incomplete
+            | JobStatus::Failed
+            | JobStatus::Cancelled
+            | JobStatus::Deleting => ExitCode::Incomplete,
         },
         Outcome::Verify(r) => match r.status {
             VerifyStatus::Ok => ExitCode::Ok,
             VerifyStatus::Mismatch => ExitCode::Mismatch,
         },
         Outcome::RestoreStatus(r) => match r.status {
-            JobStatus::Incomplete | JobStatus::Failed | JobStatus::Cancelled => {
-                ExitCode::Incomplete
-            }
+            JobStatus::Incomplete
+            | JobStatus::Failed
+            | JobStatus::Cancelled
+            | JobStatus::Deleting => ExitCode::Incomplete,
             JobStatus::Mismatch => ExitCode::Mismatch,
             JobStatus::Complete | JobStatus::InProgress | JobStatus::Interrupted => ExitCode::Ok,
         },
         Outcome::List { .. } | Outcome::RestorePlan(_) => ExitCode::Ok,
+        Outcome::Retention(r) if r.failed.is_empty() => ExitCode::Ok,
+        Outcome::Retention(_) => ExitCode::Failed,
     }
 }
 

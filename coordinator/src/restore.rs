@@ -261,6 +261,7 @@ pub async fn plan_and_enqueue(req: &RestoreRequest, location: &Location) -> Resu
     }
     // Live before its first task is on the queue: workers drop tasks of restores that are not.
     set_state(&store, &job, JobStatus::InProgress, None).await?;
+    refuse_if_deleting(&store, &job).await?;
     let queue = location.task_queue()?;
     queue.create().await?;
     // Shuffled, so workers write to different partitions at once.
@@ -271,6 +272,24 @@ pub async fn plan_and_enqueue(req: &RestoreRequest, location: &Location) -> Resu
     crate::enqueue::enqueue_shuffled(&queue, tasks.into_iter().map(|(_, t)| t).collect(), &next)
         .await?;
     Ok(job)
+}
+
+/// Stops a restore (recorded as cancelled) whose backup a deletion has started on. A
+/// deletion looks for live restores after writing its marker, and a restore looks for
+/// the marker after recording itself live, so one of the two always sees the other.
+async fn refuse_if_deleting(store: &Store, job: &RestoreJob) -> Result<()> {
+    if crate::retention::deleting(store, &job.backup_id)
+        .await?
+        .is_none()
+    {
+        return Ok(());
+    }
+    let note = Some("the backup is being deleted".to_string());
+    set_state(store, job, JobStatus::Cancelled, note).await?;
+    Err(Error::invalid(format!(
+        "backup {} is being deleted (prune or forget); the restore stopped before writing",
+        job.backup_id
+    )))
 }
 
 async fn set_state(
@@ -312,6 +331,7 @@ impl Watched for RestoreWatch {
                 .max(live.map_or(0, |l| WorkerStats::get(&l.entities))),
             bytes: 0,
             poisoned: s.records.poisoned.len() as u64,
+            entities_expected: Some(s.job.tables.iter().map(|t| t.entities).sum()),
         }
     }
 
@@ -731,6 +751,7 @@ pub async fn resume(
         .collect();
     tracing::info!(tasks = left.len(), "resuming the restore");
     set_state(&store, &job, JobStatus::InProgress, None).await?;
+    refuse_if_deleting(&store, &job).await?;
     let queue = location.task_queue()?;
     queue.create().await?;
     let next =

@@ -174,6 +174,12 @@ pub async fn settle_backup(store: &Store, job: &BackupJob) -> Result<Option<Mani
     if !listing_says_tiled(store, job).await? {
         return Ok(None);
     }
+    // A backup being deleted (or whose plan is gone) is never finalized: records left by
+    // an attempt that raced the deletion must not make it look complete.
+    let paths = BackupPaths::new(&job.backup_id);
+    if store.exists(&paths.deleting()).await? || !store.exists(&paths.job()).await? {
+        return Ok(None);
+    }
     let mut state = BackupState::new(job.clone());
     state.refresh(store).await?;
     finalize(store, &state).await

@@ -24,6 +24,9 @@ pub enum JobStatus {
     Cancelled,
     /// A restore wrote everything, but reading the target back did not give the backup.
     Mismatch,
+    /// A backup whose deletion (`prune`, `forget`) started and has not finished: it is
+    /// not usable, and the next `prune` or `forget` finishes removing it.
+    Deleting,
 }
 
 impl JobStatus {
@@ -37,6 +40,7 @@ impl JobStatus {
             JobStatus::Interrupted => "interrupted",
             JobStatus::Cancelled => "cancelled",
             JobStatus::Mismatch => "mismatch",
+            JobStatus::Deleting => "deleting",
         }
     }
 
@@ -73,6 +77,7 @@ mod tests {
             JobStatus::Interrupted,
             JobStatus::Cancelled,
             JobStatus::Mismatch,
+            JobStatus::Deleting,
         ] {
             assert_eq!(serde_json::to_value(s).unwrap(), s.as_str());
         }

@@ -198,6 +198,24 @@ impl Store {
         }
     }
 
+    /// Deletes blobs, 16 at a time; every failure is an error (what was deleted stays
+    /// deleted, so the caller can simply run again). Returns how many existed.
+    pub async fn delete_all(&self, names: &[String]) -> Result<usize> {
+        let results: Vec<_> = futures::stream::iter(names.to_vec())
+            .map(|name| {
+                let blobs = self.blobs.clone();
+                async move { blobs.delete(&name).await }
+            })
+            .buffer_unordered(16)
+            .collect()
+            .await;
+        let mut existed = 0;
+        for r in results {
+            existed += usize::from(r?);
+        }
+        Ok(existed)
+    }
+
     /// Names of every blob under `prefix`.
     pub async fn list_names(&self, prefix: &str) -> Result<Vec<String>> {
         Ok(self
@@ -377,6 +395,27 @@ mod tests {
             1,
             "a refused create needs no read-back"
         );
+    }
+
+    #[tokio::test]
+    async fn delete_all_deletes_what_exists_and_reports_failures() {
+        let (blobs, store) = store();
+        for n in ["b/1", "b/2", "b/3", "c/1"] {
+            store.mark(n, "x").await.unwrap();
+        }
+        let names = store.list_names("b/").await.unwrap();
+        assert_eq!(names, ["b/1", "b/2", "b/3"]);
+        let mut with_gone = names.clone();
+        with_gone.push("b/never".into());
+        assert_eq!(store.delete_all(&with_gone).await.unwrap(), 3);
+        assert_eq!(blobs.names(), ["c/1"]);
+        // Deleting again is harmless; a failure is reported, not swallowed.
+        assert_eq!(store.delete_all(&names).await.unwrap(), 0);
+        blobs.fail(Op::Delete, "c/1", Strike::Before, busy("Delete Blob"));
+        assert!(store.delete_all(&["c/1".into()]).await.is_err());
+        assert_eq!(blobs.names(), ["c/1"]);
+        assert_eq!(store.delete_all(&["c/1".into()]).await.unwrap(), 1);
+        assert!(store.list_names("").await.unwrap().is_empty());
     }
 
     #[test]

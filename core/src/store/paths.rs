@@ -18,6 +18,18 @@ impl BackupPaths {
         &self.id
     }
 
+    /// `<id>/`: everything of the backup, its restores included.
+    pub fn root(&self) -> String {
+        format!("{}/", self.id)
+    }
+
+    /// `<id>/deleting.json`: written first when a backup is deleted and removed last, so
+    /// a deletion that stopped midway shows as such and is finished by the next one.
+    /// While it exists the backup is never complete, whatever else is left.
+    pub fn deleting(&self) -> String {
+        format!("{}/deleting.json", self.id)
+    }
+
     /// `<id>/job.json`: the plan.
     pub fn job(&self) -> String {
         format!("{}/job.json", self.id)

@@ -1,0 +1,236 @@
+//! `tablevault prune` and `tablevault forget`: which backups a container keeps, and
+//! removing the others safely.
+//!
+//! * [`policy`]: restic's keep rules over backup times (pure).
+//! * `survey`: what the container holds: each backup's state, start, activity, and the
+//!   restores still reading it.
+//! * `plan`: what goes and what stays, and why (pure over the survey).
+//! * `delete`: removing one backup in an order that never leaves something that looks
+//!   complete but is missing data, and that a later run finishes after a crash.
+//!
+//! The rules (docs/ARCHITECTURE.md, "Retention"): the policy counts complete backups
+//! only, per source account; the newest complete backup of each account and every
+//! backup a live restore reads always stay; an incomplete backup stays while it shows
+//! activity within `abandoned_after`, and goes after that; a half-deleted backup always
+//! goes.
+
+mod delete;
+mod plan;
+pub mod policy;
+mod survey;
+
+use serde::{Deserialize, Serialize};
+use tablevault_core::store::Store;
+
+pub use policy::{Count, KeepPolicy, Span};
+
+use crate::{Error, Result};
+
+/// `<id>/deleting.json`: says a deletion started, and what the backup was, so `list` can
+/// show it while its other files are going.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct DeletionRecord {
+    /// The backup.
+    pub backup_id: String,
+    /// When the backup was planned, if known.
+    pub created_at: Option<String>,
+    /// Its source account, if known.
+    pub source_account: Option<String>,
+    /// Its tables, if known.
+    #[serde(default)]
+    pub tables: Vec<String>,
+    /// Why it is deleted.
+    pub reason: String,
+    /// When the deletion started.
+    pub at: String,
+    /// Which process deleted it (host and pid).
+    pub by: String,
+}
+
+/// The deletion record of a backup whose deletion started and has not finished.
+pub async fn deleting(store: &Store, id: &str) -> Result<Option<DeletionRecord>> {
+    let path = tablevault_core::store::BackupPaths::new(id).deleting();
+    match store.read(&path).await {
+        Ok(d) => Ok(d),
+        // Unreadable, but there: still a deletion.
+        Err(tablevault_core::store::StoreError::Corrupt(_)) => Ok(Some(DeletionRecord {
+            backup_id: id.to_string(),
+            created_at: None,
+            source_account: None,
+            tables: Vec::new(),
+            reason: "unknown".into(),
+            at: String::new(),
+            by: String::new(),
+        })),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// `tablevault prune`.
+#[derive(Debug, Clone)]
+pub struct PruneRequest {
+    /// What to keep.
+    pub policy: KeepPolicy,
+    /// How long an incomplete backup may go without activity before it is abandoned.
+    pub abandoned_after: Span,
+    /// Only backups of this source account.
+    pub source_account: Option<String>,
+    /// Only say what would happen.
+    pub dry_run: bool,
+    /// Now, in Unix seconds (UTC).
+    pub now: i64,
+}
+
+/// `tablevault forget`.
+#[derive(Debug, Clone)]
+pub struct ForgetRequest {
+    /// Backups to remove.
+    pub ids: Vec<String>,
+    /// How long an incomplete backup may go without activity before it may be removed.
+    pub abandoned_after: Span,
+    /// Only say what would happen.
+    pub dry_run: bool,
+    /// Now, in Unix seconds (UTC).
+    pub now: i64,
+}
+
+/// A backup and what happens to it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Decision {
+    /// Backup id.
+    pub id: String,
+    /// When it was planned (RFC 3339, UTC).
+    pub started: String,
+    /// `complete`, `in-progress`, `incomplete`, `deleting` (a deletion did not finish)
+    /// or `leftover` (files without a plan).
+    pub state: String,
+    /// Its source account, if known.
+    pub source_account: Option<String>,
+    /// Why it stays or goes.
+    pub reasons: Vec<String>,
+}
+
+/// A backup that could not be removed.
+#[derive(Debug, Clone, Serialize)]
+pub struct Failure {
+    /// Backup id.
+    pub id: String,
+    /// Why; running the command again carries on.
+    pub error: String,
+}
+
+/// What `prune` or `forget` kept and removed (or, with `dry_run`, would).
+#[derive(Debug, Clone, Serialize)]
+pub struct RetentionReport {
+    /// The container.
+    pub container: String,
+    /// Nothing was changed.
+    pub dry_run: bool,
+    /// Backups that stay, newest first.
+    pub kept: Vec<Decision>,
+    /// Backups removed (or that would be), newest first.
+    pub removed: Vec<Decision>,
+    /// Backups whose removal failed; run again to finish.
+    pub failed: Vec<Failure>,
+}
+
+/// Applies a keep policy to the container.
+pub async fn prune(store: &Store, req: &PruneRequest) -> Result<RetentionReport> {
+    if req.policy.is_empty() {
+        return Err(Error::invalid(
+            "no keep rule given: pass at least one of --keep-last, --keep-hourly, --keep-daily, \
+             --keep-weekly, --keep-monthly, --keep-yearly (a count of at least 1) or \
+             --keep-within; nothing was removed",
+        ));
+    }
+    let backups = survey::survey(store, req.now, &req.abandoned_after).await?;
+    let (kept, removed) = plan::prune(&backups, req);
+    carry_out(
+        store,
+        &backups,
+        kept,
+        removed,
+        req.dry_run,
+        req.now,
+        &req.abandoned_after,
+    )
+    .await
+}
+
+/// Removes the named backups; refuses (and removes nothing) if one of them must stay.
+pub async fn forget(store: &Store, req: &ForgetRequest) -> Result<RetentionReport> {
+    if req.ids.is_empty() {
+        return Err(Error::invalid("name at least one backup id to forget"));
+    }
+    let backups = survey::survey(store, req.now, &req.abandoned_after).await?;
+    let removed = plan::forget(&backups, req).map_err(Error::invalid)?;
+    carry_out(
+        store,
+        &backups,
+        Vec::new(),
+        removed,
+        req.dry_run,
+        req.now,
+        &req.abandoned_after,
+    )
+    .await
+}
+
+async fn carry_out(
+    store: &Store,
+    backups: &[survey::Surveyed],
+    mut kept: Vec<Decision>,
+    planned: Vec<Decision>,
+    dry_run: bool,
+    now: i64,
+    abandoned_after: &Span,
+) -> Result<RetentionReport> {
+    let mut removed = Vec::new();
+    let mut failed = Vec::new();
+    for d in planned {
+        if dry_run {
+            removed.push(d);
+            continue;
+        }
+        let b = backups
+            .iter()
+            .find(|b| b.id == d.id)
+            .ok_or_else(|| Error::Internal(format!("{} was planned but not surveyed", d.id)))?;
+        match delete::delete_backup(store, b, &d.reasons.join("; "), now, abandoned_after).await {
+            Ok(delete::Deleted::Done) => {
+                tracing::info!(backup = %d.id, reasons = ?d.reasons, "backup removed");
+                removed.push(d);
+            }
+            Ok(delete::Deleted::Refused(readers)) => {
+                let mut d = d;
+                d.reasons = readers;
+                kept.push(d);
+            }
+            Err(e) => {
+                tracing::warn!(backup = %d.id, error = %e, "could not remove a backup; run again to finish");
+                failed.push(Failure {
+                    id: d.id.clone(),
+                    error: e.to_string(),
+                });
+            }
+        }
+    }
+    kept.sort_by(|a, b| b.started.cmp(&a.started).then(b.id.cmp(&a.id)));
+    Ok(RetentionReport {
+        container: store.container().to_string(),
+        dry_run,
+        kept,
+        removed,
+        failed,
+    })
+}
+
+/// Now, in Unix seconds.
+pub fn now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64)
+}
+
+#[cfg(test)]
+mod tests;

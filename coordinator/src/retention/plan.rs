@@ -1,0 +1,147 @@
+//! What goes and what stays, and why: pure functions of the survey and the request.
+
+use std::collections::BTreeMap;
+
+use super::policy::{apply, format_time};
+use super::survey::{Kind, Surveyed};
+use super::{Decision, ForgetRequest, PruneRequest, Span};
+
+fn decision(b: &Surveyed, reasons: Vec<String>) -> Decision {
+    Decision {
+        id: b.id.clone(),
+        started: format_time(b.started),
+        state: b.kind.as_str().to_string(),
+        source_account: b.source_account.clone(),
+        reasons,
+    }
+}
+
+/// The newest complete backup of each source account.
+fn newest_complete(backups: &[Surveyed]) -> Vec<&str> {
+    let mut newest: BTreeMap<Option<&str>, &Surveyed> = BTreeMap::new();
+    for b in backups.iter().filter(|b| b.kind == Kind::Complete) {
+        let slot = newest.entry(b.source_account.as_deref()).or_insert(b);
+        if (b.started, &b.id) > (slot.started, &slot.id) {
+            *slot = b;
+        }
+    }
+    newest.values().map(|b| b.id.as_str()).collect()
+}
+
+/// Whether an unfinished backup has shown no activity within `abandoned_after`.
+fn is_abandoned(b: &Surveyed, abandoned_after: &Span, now: i64) -> bool {
+    b.last_activity <= abandoned_after.before(now)
+}
+
+/// `(kept, removed)` by the policy and the protections, newest first.
+pub(crate) fn prune(backups: &[Surveyed], req: &PruneRequest) -> (Vec<Decision>, Vec<Decision>) {
+    let selected: Vec<&Surveyed> = backups
+        .iter()
+        .filter(|b| match &req.source_account {
+            Some(a) => b.source_account.as_deref() == Some(a.as_str()),
+            None => true,
+        })
+        .collect();
+    let mut reasons: BTreeMap<&str, Vec<String>> = BTreeMap::new();
+    // The policy, per source account, over complete backups.
+    let mut groups: BTreeMap<Option<&str>, Vec<&Surveyed>> = BTreeMap::new();
+    for b in selected.iter().filter(|b| b.kind == Kind::Complete) {
+        groups
+            .entry(b.source_account.as_deref())
+            .or_default()
+            .push(b);
+    }
+    let newest: Vec<&str> = newest_complete(backups);
+    for group in groups.values() {
+        let times: Vec<i64> = group.iter().map(|b| b.started).collect();
+        for (b, mut why) in group.iter().zip(apply(&req.policy, &times)) {
+            if newest.contains(&b.id.as_str()) {
+                why.insert(0, "newest complete".into());
+            }
+            reasons.insert(&b.id, why);
+        }
+    }
+    let (mut kept, mut removed) = (Vec::new(), Vec::new());
+    for b in selected {
+        let mut why = reasons.remove(b.id.as_str()).unwrap_or_default();
+        let active = format!("last activity {}", format_time(b.last_activity));
+        let go = match b.kind {
+            Kind::Complete => why.is_empty(),
+            Kind::Deleting => true,
+            Kind::InProgress | Kind::Incomplete | Kind::Leftover => {
+                let abandoned = is_abandoned(b, &req.abandoned_after, req.now);
+                if !abandoned {
+                    why.push(format!("{} ({active})", b.kind.as_str().replace('-', " ")));
+                }
+                abandoned
+            }
+        };
+        if !b.readers.is_empty() {
+            why.extend(
+                b.readers
+                    .iter()
+                    .map(|r| format!("{r} (cancel it to release)")),
+            );
+            kept.push(decision(b, why));
+        } else if go {
+            let why = match b.kind {
+                Kind::Complete => "not kept by any rule".to_string(),
+                Kind::Deleting => "deletion unfinished".to_string(),
+                _ => format!(
+                    "abandoned: no activity since {}",
+                    format_time(b.last_activity)
+                ),
+            };
+            removed.push(decision(b, vec![why]));
+        } else {
+            kept.push(decision(b, why));
+        }
+    }
+    let newest_first = |a: &Decision, b: &Decision| b.started.cmp(&a.started).then(b.id.cmp(&a.id));
+    kept.sort_by(newest_first);
+    removed.sort_by(newest_first);
+    (kept, removed)
+}
+
+/// The named backups as removals, or why some of them must stay.
+pub(crate) fn forget(backups: &[Surveyed], req: &ForgetRequest) -> Result<Vec<Decision>, String> {
+    let newest = newest_complete(backups);
+    let mut refusals = Vec::new();
+    let mut removed: Vec<Decision> = Vec::new();
+    for id in &req.ids {
+        if removed.iter().any(|d| &d.id == id) {
+            continue;
+        }
+        let Some(b) = backups.iter().find(|b| &b.id == id) else {
+            refusals.push(format!("{id}: no such backup (see `tablevault list`)"));
+            continue;
+        };
+        if newest.contains(&id.as_str()) {
+            refusals.push(format!(
+                "{id}: it is the newest complete backup of account {}; it always stays",
+                b.source_account.as_deref().unwrap_or("?")
+            ));
+        } else if !b.readers.is_empty() {
+            refusals.push(format!(
+                "{id}: {} reads it (wait for it to finish, or cancel it)",
+                b.readers.join(", ")
+            ));
+        } else if matches!(b.kind, Kind::InProgress | Kind::Incomplete | Kind::Leftover)
+            && !is_abandoned(b, &req.abandoned_after, req.now)
+        {
+            refusals.push(format!(
+                "{id}: it is {} with activity at {} (removable once idle for --abandoned-after {})",
+                b.kind.as_str(),
+                format_time(b.last_activity),
+                req.abandoned_after
+            ));
+        } else {
+            removed.push(decision(b, vec!["forgotten".into()]));
+        }
+    }
+    if refusals.is_empty() {
+        Ok(removed)
+    } else {
+        Err(format!("nothing was removed: {}", refusals.join("; ")))
+    }
+}
