@@ -10,6 +10,7 @@ pub mod blob;
 pub mod config;
 pub mod credential;
 pub mod error;
+pub mod identity;
 pub mod pipeline;
 pub mod queue;
 pub mod redact;
@@ -19,5 +20,7 @@ pub mod table;
 
 pub use config::{ConfigError, StorageAccount};
 pub use error::{Error, Result};
-pub use pipeline::{ClientOptions, Idempotency, RetryObserver, RetryPolicy};
+pub use pipeline::{
+    AttemptOutcome, ClientOptions, Idempotency, RequestObserver, RetryObserver, RetryPolicy,
+};
 pub use service::Service;

@@ -7,8 +7,10 @@ use clap::{Args, Parser, Subcommand};
 use tablevault_azure::config::AccountSetting;
 use tablevault_azure::{ClientOptions, StorageAccount};
 use tablevault_coordinator::Location;
+use tablevault_coordinator::retention::{Count, Span};
 use tablevault_core::format::{Compression, DEFAULT_BLOCK_BYTES};
 use tablevault_core::protocol::{DEFAULT_CONTAINER, DEFAULT_QUEUE, RestoreMode};
+use tablevault_worker::auth::AuthArgs;
 use tablevault_worker::process::{BACKUP, LogFormat};
 use tokio_util::sync::CancellationToken;
 
@@ -22,14 +24,18 @@ use tokio_util::sync::CancellationToken;
 ///
 /// Connection strings can be given as options or in the environment (TABLEVAULT_SOURCE,
 /// TABLEVAULT_BACKUP, TABLEVAULT_TARGET; AZURE_STORAGE_CONNECTION_STRING is the fallback
-/// for all). Prefer the environment: command lines are visible to other users of the
-/// machine.
+/// for all, then AZURE_STORAGE_ACCOUNT with AZURE_STORAGE_KEY). Prefer the environment:
+/// command lines are visible to other users of the machine. With --auth-mode login
+/// (Microsoft Entra ID) no key is needed: an account URL or name will do.
 ///
 /// To see the whole flow on a local emulator first, run the demo from a source checkout:
 /// `cargo run --release --bin tablevault-demo`.
 ///
-/// Exit codes: 0 success, 1 failure (may succeed if retried), 2 usage or configuration
-/// error, 3 incomplete (poisoned tasks), 4 verification mismatch, 130 interrupted.
+/// Exit codes: 0 success, 1 failure (may succeed if retried; for prune and forget, some
+/// backup could not be removed: run again to finish), 2 usage or configuration error
+/// (also prune without a keep rule, and forget of a backup that must stay: the newest
+/// complete one, one a live restore reads, one still in progress), 3 incomplete
+/// (poisoned tasks), 4 verification mismatch, 130 interrupted.
 #[derive(Parser, Debug)]
 #[command(name = "tablevault", version, about, long_about)]
 pub struct Cli {
@@ -42,6 +48,9 @@ pub struct Cli {
     /// Log format.
     #[arg(long, value_enum, default_value_t = LogFormat::Text, global = true)]
     pub log_format: LogFormat,
+    /// Authentication (`--auth-mode`, `--identity`).
+    #[command(flatten)]
+    pub auth: AuthArgs,
 }
 
 impl Cli {
@@ -76,6 +85,24 @@ pub enum Command {
     Cancel(CancelArgs),
     /// Check a backup block by block; with --against, compare it with live tables.
     Verify(VerifyArgs),
+    /// Remove backups a keep policy does not keep (restic's `forget` rules), abandoned
+    /// unfinished backups and unfinished deletions. --dry-run shows what goes and why.
+    ///
+    /// Backups are grouped by source account and each group is pruned on its own. Each
+    /// --keep-hourly/-daily/-weekly/-monthly/-yearly N keeps the newest backup of each of
+    /// the N most recent hours, days, ISO weeks (Monday to Sunday), months or years that
+    /// have a backup, computed in UTC; if there are fewer such buckets than N, the oldest
+    /// backup is kept too. --keep-last N keeps the N newest. A backup kept by any rule
+    /// stays, and the output names every rule that keeps it. Only complete backups count.
+    ///
+    /// Always kept: the newest complete backup of each account, and any backup a restore
+    /// still reads (in progress or interrupted; cancel it to release the backup).
+    /// Unfinished backups stay while they show activity (heartbeats, commit or poison
+    /// records) within --abandoned-after, and are removed after that, with their partial
+    /// data; unfinished deletions are finished.
+    Prune(PruneArgs),
+    /// Remove the named backups (never the newest complete one or one a restore reads).
+    Forget(ForgetArgs),
 }
 
 impl Command {
@@ -89,6 +116,8 @@ impl Command {
             Command::Resume(a) => a.output.json,
             Command::Cancel(a) => a.output.json,
             Command::Verify(a) => a.output.json,
+            Command::Prune(a) => a.retention.output.json,
+            Command::Forget(a) => a.retention.output.json,
         }
     }
 }
@@ -387,4 +416,64 @@ fn parse_compression(s: &str) -> Result<Compression, String> {
 
 fn parse_mode(s: &str) -> Result<RestoreMode, String> {
     s.parse()
+}
+
+/// `tablevault prune`.
+#[derive(Args, Debug)]
+pub struct PruneArgs {
+    #[command(flatten)]
+    pub store: StoreArgs,
+    /// Keep the N newest complete backups (`unlimited`: all).
+    #[arg(long, value_name = "N")]
+    pub keep_last: Option<Count>,
+    /// Keep the newest backup of each of the last N hours with one (UTC).
+    #[arg(long, value_name = "N")]
+    pub keep_hourly: Option<Count>,
+    /// Keep the newest backup of each of the last N days with one (UTC).
+    #[arg(long, value_name = "N")]
+    pub keep_daily: Option<Count>,
+    /// Keep the newest backup of each of the last N ISO weeks with one (UTC).
+    #[arg(long, value_name = "N")]
+    pub keep_weekly: Option<Count>,
+    /// Keep the newest backup of each of the last N months with one (UTC).
+    #[arg(long, value_name = "N")]
+    pub keep_monthly: Option<Count>,
+    /// Keep the newest backup of each of the last N years with one (UTC).
+    #[arg(long, value_name = "N")]
+    pub keep_yearly: Option<Count>,
+    /// Keep every complete backup started within DURATION before the newest one
+    /// (e.g. 14d, 2w, 1y6m; y years, m months, w weeks, d days, h hours).
+    #[arg(long, value_name = "DURATION")]
+    pub keep_within: Option<Span>,
+    #[command(flatten)]
+    pub retention: RetentionArgs,
+    /// Only backups of this source account (its name).
+    #[arg(long, value_name = "NAME")]
+    pub source_account: Option<String>,
+}
+
+/// `tablevault forget`.
+#[derive(Args, Debug)]
+pub struct ForgetArgs {
+    /// The backups to remove (see `tablevault list`).
+    #[arg(required = true, value_name = "ID")]
+    pub ids: Vec<String>,
+    #[command(flatten)]
+    pub store: StoreArgs,
+    #[command(flatten)]
+    pub retention: RetentionArgs,
+}
+
+/// What `prune` and `forget` share.
+#[derive(Args, Debug)]
+pub struct RetentionArgs {
+    /// An unfinished backup with no activity (heartbeat, commit or poison record) for
+    /// this long is abandoned and may be removed (e.g. 7d, 36h).
+    #[arg(long, default_value = "7d", value_name = "DURATION")]
+    pub abandoned_after: Span,
+    /// Show what would be removed and what stays, and why; change nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    #[command(flatten)]
+    pub output: OutputArgs,
 }

@@ -10,6 +10,7 @@ use tablevault_coordinator::backup::{BackupRequest, StatusOptions, default_range
 use tablevault_coordinator::listing::{ListEntry, RestoreListEntry};
 use tablevault_coordinator::report::{BackupReport, RestoreReport};
 use tablevault_coordinator::restore::{self, RestorePlan, RestoreRequest};
+use tablevault_coordinator::retention::{ForgetRequest, KeepPolicy, PruneRequest, RetentionReport};
 use tablevault_coordinator::selection::parse_renames;
 use tablevault_coordinator::verify::{VerifyReport, VerifyRequest};
 use tablevault_coordinator::{Error, Result, WatchOptions};
@@ -19,8 +20,8 @@ use tablevault_worker::process::{SOURCE, TARGET};
 use tokio_util::sync::CancellationToken;
 
 use crate::args::{
-    AGAINST, BackupArgs, Command, ListArgs, RestoreArgs, ResumeArgs, SourceArgs, StatusArgs,
-    VerifyArgs, WaitArgs,
+    AGAINST, BackupArgs, Command, ForgetArgs, ListArgs, PruneArgs, RestoreArgs, ResumeArgs,
+    SourceArgs, StatusArgs, VerifyArgs, WaitArgs,
 };
 use crate::local_workers::InProcessWorkers;
 use crate::progress::ProgressBar;
@@ -38,6 +39,8 @@ pub enum Outcome {
     RestorePlan(RestorePlan),
     /// `verify`.
     Verify(VerifyReport),
+    /// `prune` and `forget`.
+    Retention(RetentionReport),
     /// `list`.
     List {
         /// The container listed.
@@ -64,6 +67,8 @@ pub async fn run(command: Command, shutdown: &CancellationToken) -> Result<Outco
                 .map(Outcome::Restore)
         }
         Command::Verify(a) => verify(a, shutdown).await.map(Outcome::Verify),
+        Command::Prune(a) => prune(a, shutdown).await.map(Outcome::Retention),
+        Command::Forget(a) => forget(a, shutdown).await.map(Outcome::Retention),
     }
 }
 
@@ -348,4 +353,35 @@ async fn list(a: ListArgs, shutdown: &CancellationToken) -> Result<Outcome> {
         backups,
         restores,
     })
+}
+
+async fn prune(a: PruneArgs, shutdown: &CancellationToken) -> Result<RetentionReport> {
+    let store = a.store.location(shutdown)?.store()?;
+    let req = PruneRequest {
+        policy: KeepPolicy {
+            last: a.keep_last.unwrap_or_default(),
+            hourly: a.keep_hourly.unwrap_or_default(),
+            daily: a.keep_daily.unwrap_or_default(),
+            weekly: a.keep_weekly.unwrap_or_default(),
+            monthly: a.keep_monthly.unwrap_or_default(),
+            yearly: a.keep_yearly.unwrap_or_default(),
+            within: a.keep_within,
+        },
+        abandoned_after: a.retention.abandoned_after,
+        source_account: a.source_account,
+        dry_run: a.retention.dry_run,
+        now: tablevault_coordinator::retention::now(),
+    };
+    tablevault_coordinator::retention::prune(&store, &req).await
+}
+
+async fn forget(a: ForgetArgs, shutdown: &CancellationToken) -> Result<RetentionReport> {
+    let store = a.store.location(shutdown)?.store()?;
+    let req = ForgetRequest {
+        ids: a.ids,
+        abandoned_after: a.retention.abandoned_after,
+        dry_run: a.retention.dry_run,
+        now: tablevault_coordinator::retention::now(),
+    };
+    tablevault_coordinator::retention::forget(&store, &req).await
 }

@@ -9,6 +9,7 @@ pub mod exit;
 pub mod local_workers;
 pub mod output;
 pub mod progress;
+pub mod retention_output;
 
 use clap::Parser;
 
@@ -21,6 +22,12 @@ pub async fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     tablevault_worker::process::init_logging(cli.log_format, cli.log_level());
     let json = cli.command.json();
+    if let Err(e) = cli.auth.install() {
+        let e = tablevault_coordinator::Error::Config(e);
+        let code = exit::error_code(&e);
+        output::print_error(&e, code, json);
+        return std::process::ExitCode::from(code as u8);
+    }
     let shutdown = tablevault_worker::process::shutdown_on_signal();
     let code = match commands::run(cli.command, &shutdown).await {
         Ok(outcome) => {

@@ -28,6 +28,7 @@ pub fn print_outcome(outcome: &Outcome, json: bool) {
         (Outcome::Restore(r) | Outcome::RestoreStatus(r), false) => print_restore(r),
         (Outcome::Verify(r), true) => print_json(r),
         (Outcome::Verify(r), false) => print_verify(r),
+        (Outcome::Retention(r), json) => crate::retention_output::print(r, json),
         (Outcome::RestorePlan(p), true) => print_json(p),
         (Outcome::RestorePlan(p), false) => print_restore_plan(p),
         (
@@ -52,18 +53,8 @@ pub fn print_outcome(outcome: &Outcome, json: bool) {
         ) => {
             if backups.is_empty() {
                 println!("no backups in container {container:?}");
-            }
-            for e in backups {
-                println!(
-                    "{}  {:<11}  {}  {} table(s){}",
-                    e.backup_id,
-                    e.status.as_str(),
-                    e.source_account,
-                    e.tables.len(),
-                    e.entities
-                        .map(|n| format!(", {n} entities"))
-                        .unwrap_or_default()
-                );
+            } else {
+                print_backup_table(backups);
             }
             if !restores.is_empty() {
                 println!("restores:");
@@ -81,6 +72,53 @@ pub fn print_outcome(outcome: &Outcome, json: bool) {
                 );
             }
         }
+    }
+}
+
+/// The backups as a table: id, start, state, source, tables, entities, size, duration.
+fn print_backup_table(backups: &[tablevault_coordinator::listing::ListEntry]) {
+    let rows: Vec<[String; 8]> = backups
+        .iter()
+        .map(|e| {
+            [
+                e.backup_id.clone(),
+                e.created_at.clone(),
+                e.status.as_str().to_string(),
+                e.source_account.clone(),
+                e.tables.len().to_string(),
+                e.entities.map_or("-".into(), |n| n.to_string()),
+                e.stored_bytes
+                    .map_or("-".into(), |b| indicatif::HumanBytes(b).to_string()),
+                e.duration_seconds.map_or("-".into(), |s| {
+                    indicatif::HumanDuration(std::time::Duration::from_secs_f64(s)).to_string()
+                }),
+            ]
+        })
+        .collect();
+    let header = [
+        "ID", "STARTED", "STATE", "SOURCE", "TABLES", "ENTITIES", "SIZE", "DURATION",
+    ];
+    let mut widths = header.map(str::len);
+    for row in &rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let line = |cells: [&str; 8]| {
+        let mut out = String::new();
+        for (i, (cell, w)) in cells.iter().zip(widths).enumerate() {
+            // Counts are right-aligned, text left-aligned.
+            if (4..=6).contains(&i) {
+                out.push_str(&format!("{cell:>w$}  "));
+            } else {
+                out.push_str(&format!("{cell:<w$}  "));
+            }
+        }
+        println!("{}", out.trim_end());
+    };
+    line(header);
+    for row in &rows {
+        line(row.each_ref().map(String::as_str));
     }
 }
 
@@ -145,6 +183,7 @@ pub fn print_backup(r: &BackupReport) {
         JobStatus::Complete => "complete",
         JobStatus::Incomplete | JobStatus::Failed | JobStatus::Cancelled => "INCOMPLETE",
         JobStatus::Mismatch => "MISMATCH",
+        JobStatus::Deleting => "BEING DELETED",
         JobStatus::Interrupted => "interrupted",
         JobStatus::InProgress => "in progress",
     };

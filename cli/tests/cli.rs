@@ -148,11 +148,49 @@ async fn backup_status_and_list_with_json_output() {
     assert_eq!(list["backups"][0]["backup_id"], id.as_str());
     assert_eq!(list["backups"][0]["entities"], 700);
 
+    assert!(list["backups"][0]["stored_bytes"].as_u64().unwrap() > 0);
+    assert!(list["backups"][0]["duration_seconds"].as_f64().unwrap() > 0.0);
+
     let o = tablevault(
         &["list", "--container", &container],
         &[("TABLEVAULT_BACKUP", &conn)],
     );
-    assert!(text(&o).contains(&id));
+    let t = text(&o);
+    assert!(t.contains(&id));
+    for column in [
+        "ID", "STARTED", "STATE", "TABLES", "ENTITIES", "SIZE", "DURATION",
+    ] {
+        assert!(t.lines().next().unwrap().contains(column), "{t}");
+    }
+
+    // Retention: no rule is a usage error; the newest complete backup always stays.
+    let o = tablevault(
+        &["prune", "--container", &container],
+        &[("TABLEVAULT_BACKUP", &conn)],
+    );
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    let o = tablevault(
+        &[
+            "prune",
+            "--keep-last",
+            "1",
+            "--dry-run",
+            "--container",
+            &container,
+            "--json",
+        ],
+        &[("TABLEVAULT_BACKUP", &conn)],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let pruned: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(pruned["kept"][0]["id"], id.as_str(), "{pruned}");
+    assert_eq!(pruned["removed"].as_array().unwrap().len(), 0);
+    let o = tablevault(
+        &["forget", &id, "--container", &container],
+        &[("TABLEVAULT_BACKUP", &conn)],
+    );
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(text(&o).contains("newest complete"), "{}", text(&o));
 
     // A table that does not exist is a usage error, reported in JSON too.
     let o = tablevault(

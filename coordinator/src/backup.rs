@@ -274,9 +274,33 @@ pub async fn enqueue(
     Ok(count)
 }
 
+/// The entities the last complete backup of the same account held for every table of
+/// `job`, as a progress estimate; `None` when some table is new (or nothing is known).
+async fn expected_entities(store: &Store, job: &BackupJob) -> Option<u64> {
+    let previous = match last_complete_backup(store, &job.source).await {
+        Ok(p) => p?,
+        Err(e) => {
+            tracing::debug!(error = %e, "no estimate of the backup's size");
+            return None;
+        }
+    };
+    job.tables
+        .iter()
+        .map(|t| {
+            previous
+                .tables
+                .iter()
+                .find(|p| p.name == t.name)
+                .map(|p| p.entities)
+        })
+        .sum()
+}
+
 /// A backup as the watch loop sees it.
 struct BackupWatch {
     state: JobState,
+    /// Entities the last complete backup of the same tables held.
+    expected: Option<u64>,
     /// Checks that found every task committed but the table not tiled.
     stalled_checks: u32,
 }
@@ -300,6 +324,7 @@ impl Watched for BackupWatch {
             entities,
             bytes,
             poisoned: s.poisoned().len() as u64,
+            entities_expected: self.expected,
         }
     }
 
@@ -348,7 +373,9 @@ pub async fn watch(
     let started = Instant::now();
     let store = location.store()?;
     let id = job.backup_id.clone();
+    let expected = expected_entities(&store, &job).await;
     let mut w = BackupWatch {
+        expected,
         state: JobState::new(job),
         stalled_checks: 0,
     };

@@ -16,6 +16,7 @@ pub mod location;
 pub mod plan;
 pub mod report;
 pub mod restore;
+pub mod retention;
 pub mod selection;
 pub mod state;
 pub mod verify;

@@ -24,6 +24,19 @@ pub struct ListEntry {
     pub tables: Vec<String>,
     /// Entities (complete backups only).
     pub entities: Option<u64>,
+    /// Stored bytes (complete backups only).
+    pub stored_bytes: Option<u64>,
+    /// When it completed (complete backups only).
+    pub completed_at: Option<String>,
+    /// Seconds from planning to completion (complete backups only).
+    pub duration_seconds: Option<f64>,
+}
+
+/// Seconds between two RFC 3339 times, if both parse and are in order.
+fn seconds_between(from: &str, to: &str) -> Option<f64> {
+    let from = humantime::parse_rfc3339_weak(from).ok()?;
+    let to = humantime::parse_rfc3339_weak(to).ok()?;
+    Some(to.duration_since(from).ok()?.as_secs_f64())
 }
 
 /// Lists the backups of a container.
@@ -36,6 +49,21 @@ pub async fn list(store: &Store) -> Result<Vec<ListEntry>> {
     let mut out = Vec::new();
     for id in ids {
         if !is_valid_backup_id(&id) {
+            continue;
+        }
+        // A deletion that has not finished (prune, forget): shown as such, whatever is left.
+        if let Some(d) = crate::retention::deleting(store, &id).await? {
+            out.push(ListEntry {
+                backup_id: id.clone(),
+                created_at: d.created_at.unwrap_or_default(),
+                status: JobStatus::Deleting,
+                source_account: d.source_account.unwrap_or_default(),
+                tables: d.tables,
+                entities: None,
+                stored_bytes: None,
+                duration_seconds: None,
+                completed_at: None,
+            });
             continue;
         }
         let Ok(job) = load_job(store, &id).await else {
@@ -59,7 +87,12 @@ pub async fn list(store: &Store) -> Result<Vec<ListEntry>> {
             status,
             source_account: job.source.account.clone(),
             tables: job.tables.iter().map(|t| t.name.clone()).collect(),
-            entities: manifest.map(|m| m.entities),
+            entities: manifest.as_ref().map(|m| m.entities),
+            stored_bytes: manifest.as_ref().map(|m| m.stored_bytes),
+            duration_seconds: manifest
+                .as_ref()
+                .and_then(|m| seconds_between(&job.created_at, &m.completed_at)),
+            completed_at: manifest.map(|m| m.completed_at),
         });
     }
     Ok(out)

@@ -33,6 +33,10 @@ pub struct Snapshot {
     pub bytes: u64,
     /// Tasks poisoned.
     pub poisoned: u64,
+    /// Entities the job is expected to process: a restore's from its backup's manifest,
+    /// a backup's from the last complete backup of the same tables (`None` when unknown:
+    /// progress is then told by tasks).
+    pub entities_expected: Option<u64>,
 }
 
 /// Shows a job's progress (a bar on a terminal, log lines elsewhere).

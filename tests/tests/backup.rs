@@ -462,7 +462,9 @@ async fn two_attempts_racing_on_one_task_commit_once() {
     assert_eq!(
         outcomes
             .iter()
-            .filter(|o| matches!(o, BackupOutcome::Committed { entities } if *entities == n as u64))
+            .filter(
+                |o| matches!(o, BackupOutcome::Committed { entities, .. } if *entities == n as u64)
+            )
             .count(),
         1,
         "{outcomes:?}"

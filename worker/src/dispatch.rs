@@ -20,6 +20,7 @@ use tracing::Instrument;
 use crate::attempt::backup::{BackupAttempt, BackupOutcome, Splitting};
 use crate::attempt::restore::{RestoreAttempt, RestoreOutcome};
 use crate::lease::Lease;
+use crate::metrics::Kind;
 use crate::settle::PoisonTarget;
 use crate::worker::Worker;
 
@@ -83,6 +84,8 @@ impl Worker {
         let task = match TaskMessage::decode(&message.text) {
             Ok(t) => t,
             Err(why) => {
+                self.config.metrics.claimed(Kind::Unknown);
+                self.config.metrics.poisoned(Kind::Unknown);
                 tracing::error!(message_id = %message.message_id, reason = %why, "malformed task message; moving it to the poison queue");
                 self.settler
                     .move_to_poison(&message, &message.pop_receipt, &why, None)
@@ -112,6 +115,9 @@ impl Worker {
             }
             return;
         }
+        let metrics = &self.config.metrics;
+        metrics.claimed(Kind::of(&task.kind));
+        let _in_flight = metrics.in_flight(Kind::of(&task.kind));
         let span = tracing::info_span!("task", job = %task.job, table = %task.table, task = %task.task, delivery = message.dequeue_count);
         self.handle_task(message, task, shutdown)
             .instrument(span)
@@ -203,23 +209,26 @@ impl Worker {
             }
         };
         // The message is ours from here on, however long reading the job's files takes.
-        let lease = Lease::start(
+        let lease = Lease::start_counted(
             self.lease_queue.clone(),
             &message,
             self.config.claim_visibility(),
             self.config.visibility,
+            Some(self.config.metrics.clone()),
         );
         let resolved = match self.resolve(&store, &task).await {
             Ok(Some(r)) => r,
             Ok(None) => {
-                tracing::warn!(
-                    "stale message: its backup or restore does not exist (deleted?); dropping it"
+                // Expected after `prune` or `forget` removed the job: queued messages
+                // cannot be deleted without their receipt, so they end here.
+                tracing::info!(
+                    "stale message: its backup or restore does not exist (removed?); dropping it"
                 );
                 let _ = lease.complete().await;
                 return;
             }
             Err(e) if e.status() == Some(404) => {
-                tracing::warn!(error = %e, "stale message: the backup data it refers to is gone; dropping it");
+                tracing::info!(error = %e, "stale message: the backup data it refers to is gone (removed?); dropping it");
                 let _ = lease.complete().await;
                 return;
             }
@@ -330,8 +339,18 @@ impl Worker {
                     limiter: Some(&limiter),
                 };
                 let outcome = attempt.run().await;
-                if matches!(outcome, Ok(BackupOutcome::Committed { .. })) {
+                if let Ok(BackupOutcome::Committed {
+                    entities,
+                    stored_bytes,
+                    split_off,
+                }) = &outcome
+                {
                     WorkerStats::add(&self.stats.tasks_committed, 1);
+                    let metrics = &self.config.metrics;
+                    metrics.committed(Kind::Backup, *entities, *stored_bytes);
+                    for _ in 0..*split_off {
+                        metrics.split();
+                    }
                 }
                 // Whoever observes the last commit finalizes the backup. In-process workers
                 // serve one job whose coordinator watches and finalizes it, so they leave
@@ -377,8 +396,11 @@ impl Worker {
                     worker: &self.identity,
                 };
                 let outcome = attempt.run().await;
-                if matches!(outcome, Ok(RestoreOutcome::Done(_))) {
+                if let Ok(RestoreOutcome::Done(record)) = &outcome {
                     WorkerStats::add(&self.stats.tasks_committed, 1);
+                    self.config
+                        .metrics
+                        .committed(Kind::Restore, record.entities, 0);
                 }
                 outcome.map(|_| ())
             }

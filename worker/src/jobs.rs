@@ -18,6 +18,7 @@ use tablevault_core::store::{BackupPaths, Store, StoreError};
 
 use crate::accounts::AccountSet;
 use crate::limiter::AdaptiveLimit;
+use crate::metrics::WorkerMetrics;
 
 /// Most files of one kind kept; the cache starts over beyond that.
 const CACHE_LIMIT: usize = 256;
@@ -76,10 +77,15 @@ pub(crate) struct JobFiles {
     tables: Mutex<HashMap<String, TableClient>>,
     limiters: Mutex<HashMap<String, Arc<AdaptiveLimit>>>,
     options: ClientOptions,
+    metrics: Arc<WorkerMetrics>,
 }
 
 impl JobFiles {
-    pub(crate) fn new(store_for: StoreFactory, options: ClientOptions) -> Self {
+    pub(crate) fn new(
+        store_for: StoreFactory,
+        options: ClientOptions,
+        metrics: Arc<WorkerMetrics>,
+    ) -> Self {
         JobFiles {
             store_for,
             stores: Mutex::new(HashMap::new()),
@@ -90,6 +96,7 @@ impl JobFiles {
             tables: Mutex::new(HashMap::new()),
             limiters: Mutex::new(HashMap::new()),
             options,
+            metrics,
         }
     }
 
@@ -174,7 +181,11 @@ impl JobFiles {
             .lock()
             .expect("limiters lock")
             .entry(endpoint.to_string())
-            .or_insert_with(|| AdaptiveLimit::for_endpoint(endpoint))
+            .or_insert_with(|| {
+                let limiter = AdaptiveLimit::for_endpoint(endpoint);
+                self.metrics.watch_limiter(endpoint, &limiter);
+                limiter
+            })
             .clone()
     }
 

@@ -17,6 +17,8 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use crate::metrics::WorkerMetrics;
+
 /// A claimed message, kept invisible to others while work goes on.
 pub struct Lease {
     queue: Arc<dyn TaskQueue>,
@@ -36,13 +38,27 @@ impl Lease {
         claimed_for: Duration,
         visibility: Duration,
     ) -> Lease {
+        Self::start_counted(queue, message, claimed_for, visibility, None)
+    }
+
+    /// [`Lease::start`], counting extensions in `metrics`.
+    pub fn start_counted(
+        queue: Arc<dyn TaskQueue>,
+        message: &ReceivedMessage,
+        claimed_for: Duration,
+        visibility: Duration,
+        metrics: Option<Arc<WorkerMetrics>>,
+    ) -> Lease {
         let receipt = Arc::new(Mutex::new(message.pop_receipt.clone()));
         let lost = CancellationToken::new();
         let stop = CancellationToken::new();
         let keeper = tokio::spawn(keep(
-            queue.clone(),
-            message.message_id.clone(),
-            receipt.clone(),
+            Keeper {
+                queue: queue.clone(),
+                message_id: message.message_id.clone(),
+                receipt: receipt.clone(),
+                metrics,
+            },
             claimed_for,
             visibility,
             lost.clone(),
@@ -106,15 +122,28 @@ impl Drop for Lease {
     }
 }
 
-async fn keep(
+/// What the keeper works on: the message, where its current receipt is kept, and who
+/// counts extensions.
+struct Keeper {
     queue: Arc<dyn TaskQueue>,
     message_id: String,
     receipt: Arc<Mutex<String>>,
+    metrics: Option<Arc<WorkerMetrics>>,
+}
+
+async fn keep(
+    keeper: Keeper,
     claimed_for: Duration,
     visibility: Duration,
     lost: CancellationToken,
     stop: CancellationToken,
 ) {
+    let Keeper {
+        queue,
+        message_id,
+        receipt,
+        metrics,
+    } = keeper;
     // The message stays invisible until this instant unless extended.
     let mut deadline = Instant::now() + claimed_for;
     let mut next = Instant::now() + claimed_for / 3;
@@ -148,6 +177,9 @@ async fn keep(
         match answer {
             Ok(Ok(new_receipt)) => {
                 *receipt.lock().expect("receipt lock") = new_receipt;
+                if let Some(m) = &metrics {
+                    m.lease_renewed();
+                }
                 deadline = asked_at + visibility;
                 next = asked_at + visibility / 3;
                 uncertain = false;

@@ -8,12 +8,15 @@
 
 pub mod accounts;
 pub mod attempt;
+pub mod auth;
 mod dispatch;
 mod jobs;
 pub mod lease;
 pub mod limiter;
+pub mod metrics;
 pub mod pacer;
 pub mod process;
+pub mod serve;
 pub mod settle;
 mod worker;
 

@@ -7,11 +7,14 @@ use std::time::Duration;
 
 use clap::Parser;
 use tablevault_azure::StorageAccount;
-use tablevault_azure::config::{AccountSetting, FALLBACK_ENV};
+use tablevault_azure::config::{AccountSetting, FALLBACK_ENV, fallback_configured};
 use tablevault_core::protocol::DEFAULT_QUEUE;
+use tablevault_worker::auth::AuthArgs;
 use tablevault_worker::process::{BACKUP, SOURCE, TARGET};
 use tablevault_worker::process::{LogFormat, init_logging, shutdown_on_signal, tune_allocator};
+use tablevault_worker::serve::serve;
 use tablevault_worker::{AccountSet, Worker, WorkerConfig, WorkerStats};
+use tokio_util::sync::CancellationToken;
 
 /// Runs tablevault backup and restore tasks from the queue in the backup account.
 ///
@@ -53,8 +56,9 @@ struct Args {
     /// on the coordinator with --compression none.
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..=256))]
     concurrency: u16,
-    /// Task queue name.
-    #[arg(long, default_value = DEFAULT_QUEUE)]
+    /// Task queue name (the coordinator's --queue). Separate queues let separate pools
+    /// serve backups and restores with separate credentials.
+    #[arg(long, env = "TABLEVAULT_QUEUE", default_value = DEFAULT_QUEUE)]
     queue: String,
     /// Seconds a claimed task stays invisible to other workers between extensions.
     #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(10..=3600))]
@@ -62,6 +66,18 @@ struct Args {
     /// Log format.
     #[arg(long, value_enum, default_value_t = LogFormat::Text)]
     log_format: LogFormat,
+    #[command(flatten)]
+    auth: AuthArgs,
+    /// Serve Prometheus metrics on /metrics, liveness on /healthz and readiness on
+    /// /readyz at this address (for example 0.0.0.0:9464). Off by default.
+    #[arg(long, env = "TABLEVAULT_METRICS_ADDR", value_name = "HOST:PORT")]
+    metrics_addr: Option<std::net::SocketAddr>,
+    /// Seconds tasks in flight may take to finish after SIGTERM or Ctrl-C; the worker
+    /// claims nothing new meanwhile, then gives back what is left (another worker takes
+    /// it over at once) and exits 0. Keep it below Kubernetes'
+    /// terminationGracePeriodSeconds.
+    #[arg(long, env = "TABLEVAULT_SHUTDOWN_GRACE", default_value_t = 30, value_parser = clap::value_parser!(u64).range(0..=3600))]
+    shutdown_grace: u64,
 }
 
 fn main() -> std::process::ExitCode {
@@ -87,7 +103,7 @@ fn main() -> std::process::ExitCode {
 /// only restores; a fallback that is set but malformed is still an error.
 fn accounts(given: &[String], setting: AccountSetting) -> anyhow::Result<Vec<StorageAccount>> {
     if given.is_empty() {
-        if std::env::var_os(FALLBACK_ENV).is_none() {
+        if !fallback_configured() {
             return Ok(Vec::new());
         }
         return Ok(vec![StorageAccount::resolve(None, setting)?]);
@@ -99,6 +115,7 @@ fn accounts(given: &[String], setting: AccountSetting) -> anyhow::Result<Vec<Sto
 }
 
 async fn run(args: Args) -> anyhow::Result<()> {
+    args.auth.install()?;
     let backup = StorageAccount::resolve(args.backup.as_deref(), BACKUP)?;
     let sources = accounts(&args.source, SOURCE)?;
     let targets = accounts(&args.target, TARGET)?;
@@ -112,7 +129,30 @@ async fn run(args: Args) -> anyhow::Result<()> {
     config.targets = AccountSet::new(targets);
     config.concurrency = args.concurrency as usize;
     config.visibility = Duration::from_secs(args.visibility_timeout);
+    config.shutdown_grace = Duration::from_secs(args.shutdown_grace);
+    let shutdown = shutdown_on_signal();
+    // The endpoint outlives the worker loop so readiness reads "draining" meanwhile.
+    let stop_serving = CancellationToken::new();
+    let server = match args.metrics_addr {
+        Some(addr) => Some(
+            serve(
+                addr,
+                config.metrics.clone(),
+                config.health.clone(),
+                stop_serving.clone(),
+            )
+            .await
+            .map_err(|e| anyhow::anyhow!("cannot serve metrics on {addr}: {e}"))?,
+        ),
+        None => None,
+    };
     let worker = Worker::new(config, Arc::new(WorkerStats::default()))?;
-    worker.run(shutdown_on_signal()).await?;
+    let outcome = worker.run(shutdown).await;
+    stop_serving.cancel();
+    if let Some((_, handle)) = server {
+        let _ = handle.await;
+    }
+    outcome?;
+    tracing::info!("worker stopped");
     Ok(())
 }

@@ -14,6 +14,7 @@ use tablevault_core::store::Store;
 
 use crate::TaskError;
 use crate::lease::Lease;
+use crate::metrics::{Kind, WorkerMetrics};
 
 /// Settles messages of one task queue.
 #[derive(Clone)]
@@ -21,6 +22,7 @@ pub struct Settler {
     queue: Arc<dyn TaskQueue>,
     poison: Arc<dyn TaskQueue>,
     stats: Arc<WorkerStats>,
+    metrics: Arc<WorkerMetrics>,
     identity: String,
 }
 
@@ -57,12 +59,14 @@ impl Settler {
         queue: Arc<dyn TaskQueue>,
         poison: Arc<dyn TaskQueue>,
         stats: Arc<WorkerStats>,
+        metrics: Arc<WorkerMetrics>,
         identity: &str,
     ) -> Self {
         Settler {
             queue,
             poison,
             stats,
+            metrics,
             identity: identity.to_string(),
         }
     }
@@ -94,6 +98,7 @@ impl Settler {
                 }
             }
             Err(TaskError::Lost) => {
+                self.metrics.lease_lost();
                 tracing::warn!("lost the message mid-task; another worker has it");
             }
             Err(TaskError::Shutdown) => {
@@ -103,6 +108,7 @@ impl Settler {
             }
             Err(TaskError::Transient(why)) => {
                 WorkerStats::add(&self.stats.tasks_retried, 1);
+                self.metrics.failed(Kind::of(&poison.task.kind));
                 let delay = retry_delay(message.dequeue_count);
                 tracing::warn!(reason = %why, retry_in_s = delay.as_secs(), "task failed; it will be retried");
                 let text = poison.task.encode_with_last_error(&why);
@@ -186,6 +192,7 @@ impl Settler {
             return;
         }
         WorkerStats::add(&self.stats.tasks_poisoned, 1);
+        self.metrics.poisoned(Kind::of(&task.kind));
         tracing::error!(
             reason,
             "task poisoned: it will not be retried and its job cannot complete"
@@ -249,6 +256,7 @@ mod tests {
                 queue.clone(),
                 poison.clone(),
                 Arc::new(WorkerStats::default()),
+                Arc::new(WorkerMetrics::new()),
                 "test-worker",
             ),
             store: Store::new(blobs.clone()),

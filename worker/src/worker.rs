@@ -16,6 +16,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::accounts::AccountSet;
 use crate::jobs::{JobFiles, StoreFactory, azure_stores};
+use crate::metrics::WorkerMetrics;
+use crate::serve::Health;
 use crate::settle::Settler;
 
 /// Worker settings.
@@ -39,6 +41,13 @@ pub struct WorkerConfig {
     pub only_job: Option<String>,
     /// HTTP and retry settings.
     pub client_options: ClientOptions,
+    /// After shutdown is asked for, how long tasks in flight may go on to finish before
+    /// they are stopped and their messages given back.
+    pub shutdown_grace: Duration,
+    /// The process's metrics (shared by all its workers).
+    pub metrics: Arc<WorkerMetrics>,
+    /// What the health endpoints report (shared by all the process's workers).
+    pub health: Arc<Health>,
 }
 
 /// How long a message is claimed for before its lease extends it: short, so the tasks of
@@ -63,6 +72,9 @@ impl WorkerConfig {
             max_poll_interval: Duration::from_secs(5),
             only_job: None,
             client_options: ClientOptions::default(),
+            shutdown_grace: Duration::ZERO,
+            metrics: Arc::new(WorkerMetrics::new()),
+            health: Arc::new(Health::default()),
         }
     }
 }
@@ -95,7 +107,10 @@ pub struct Worker {
 impl Worker {
     /// A worker on the Azure queue and containers of `config.backup`; fails on unusable
     /// configuration.
-    pub fn new(config: WorkerConfig, stats: Arc<WorkerStats>) -> Result<Arc<Self>, Error> {
+    pub fn new(mut config: WorkerConfig, stats: Arc<WorkerStats>) -> Result<Arc<Self>, Error> {
+        if config.client_options.observer.is_none() {
+            config.client_options.observer = Some(config.metrics.clone());
+        }
         let options = &config.client_options;
         let queue_client = |name: &str, options: &ClientOptions| {
             QueueClient::with_options(&config.backup, name, options)
@@ -114,17 +129,25 @@ impl Worker {
 
     /// A worker on the given queues and stores (in-memory fakes in tests).
     pub fn with_backends(
-        config: WorkerConfig,
+        mut config: WorkerConfig,
         stats: Arc<WorkerStats>,
         backends: WorkerBackends,
     ) -> Arc<Self> {
+        if config.client_options.observer.is_none() {
+            config.client_options.observer = Some(config.metrics.clone());
+        }
         let identity = worker_identity();
-        let jobs = JobFiles::new(backends.store_for, config.client_options.clone());
+        let jobs = JobFiles::new(
+            backends.store_for,
+            config.client_options.clone(),
+            config.metrics.clone(),
+        );
         Arc::new(Worker {
             settler: Settler::new(
                 backends.queue.clone(),
                 backends.poison,
                 stats.clone(),
+                config.metrics.clone(),
                 &identity,
             ),
             queue: backends.queue,
@@ -141,11 +164,23 @@ impl Worker {
         &self.stats
     }
 
-    /// Runs until `shutdown` is cancelled. Tasks in flight then stop and give their
+    /// Runs until `shutdown` is cancelled. It then claims nothing more; tasks in flight
+    /// have the configured grace period to finish, after which they stop and give their
     /// messages back so another worker picks them up at once.
     pub async fn run(self: Arc<Self>, shutdown: CancellationToken) -> Result<(), Error> {
-        self.queue.create().await?;
-        self.settler.poison_queue().create().await?;
+        let health = self.config.health.clone();
+        let reached = async {
+            self.queue.create().await?;
+            self.settler.poison_queue().create().await
+        };
+        if let Err(e) = reached.await {
+            health.started();
+            health.stopped(false);
+            return Err(e);
+        }
+        health.started();
+        // Tasks stop on their own token, cancelled after the grace period.
+        let stop_tasks = CancellationToken::new();
         let slots = Arc::new(Semaphore::new(self.config.concurrency.max(1)));
         let mut running = JoinSet::new();
         let mut idle = Duration::from_millis(100);
@@ -188,15 +223,33 @@ impl Worker {
                         .expect("semaphore is never closed"),
                 };
                 let me = self.clone();
-                let stop = shutdown.clone();
+                let stop = stop_tasks.clone();
                 running.spawn(async move {
                     me.handle(message, stop).await;
                     drop(p);
                 });
             }
         }
-        tracing::info!(in_flight = running.len(), "worker stopping");
+        health.drain();
+        let grace = self.config.shutdown_grace;
+        tracing::info!(
+            in_flight = running.len(),
+            grace_s = grace.as_secs_f64(),
+            "worker stopping: no more claims; tasks in flight finish or are given back"
+        );
+        let finished = tokio::time::timeout(grace, async {
+            while running.join_next().await.is_some() {}
+        })
+        .await;
+        if finished.is_err() {
+            tracing::info!(
+                in_flight = running.len(),
+                "grace period over; giving the remaining tasks back"
+            );
+        }
+        stop_tasks.cancel();
         while running.join_next().await.is_some() {}
+        health.stopped(true);
         Ok(())
     }
 }

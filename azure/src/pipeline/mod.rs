@@ -19,9 +19,15 @@ use crate::redact::redact_text;
 use crate::service::Service;
 use crate::signing::{SigningScheme, shared_key_authorization};
 
+pub mod http;
+pub mod observe;
 pub mod retry;
 
+pub use http::{CA_CERT_ENV, trust_ca_certificate};
+pub use observe::{AttemptOutcome, RequestObserver};
 pub use retry::{Idempotency, RetryObserver, RetryPolicy};
+
+use http::shared_http_client;
 
 /// `x-ms-version` for Blob and Queue: recent enough for 4000 MiB blocks, the current SAS
 /// layout and bearer tokens, and accepted by Azurite 3.37.
@@ -58,6 +64,8 @@ pub struct ClientOptions {
     pub cancel: Option<CancellationToken>,
     /// Table signing scheme.
     pub table_auth: TableAuthScheme,
+    /// Told about every attempt (metrics).
+    pub observer: Option<std::sync::Arc<dyn RequestObserver>>,
 }
 
 /// Default limit on one attempt: a page of the table service takes at most 5 s to
@@ -76,27 +84,9 @@ impl Default for ClientOptions {
             deadline: DEFAULT_DEADLINE,
             cancel: None,
             table_auth: TableAuthScheme::SharedKey,
+            observer: None,
         }
     }
-}
-
-/// Limit on establishing a connection, for every request of the process.
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
-
-/// The one HTTP client of the process: every service client shares its connection pool
-/// (and its TLS set-up). Per-attempt time limits are set on each request.
-fn shared_http_client() -> std::result::Result<reqwest::Client, ConfigError> {
-    static CLIENT: std::sync::OnceLock<reqwest::Client> = std::sync::OnceLock::new();
-    if let Some(c) = CLIENT.get() {
-        return Ok(c.clone());
-    }
-    let client = reqwest::Client::builder()
-        .connect_timeout(CONNECT_TIMEOUT)
-        .pool_max_idle_per_host(256)
-        .tcp_nodelay(true)
-        .build()
-        .map_err(|e| ConfigError::NotConfigured(format!("HTTP client: {e}")))?;
-    Ok(CLIENT.get_or_init(|| client).clone())
 }
 
 /// Adds authorization to a request: a Shared Key header, a bearer token, or nothing (SAS
@@ -233,6 +223,10 @@ pub(crate) struct ServiceClient {
     version: &'static str,
     retry: RetryPolicy,
     default_headers: HeaderMap,
+    /// With a bearer token: explains a 401/403 (identity, account, missing role).
+    refusal: Option<crate::identity::Refusal>,
+    service: Service,
+    observer: Option<std::sync::Arc<dyn RequestObserver>>,
 }
 
 impl ServiceClient {
@@ -275,6 +269,16 @@ impl ServiceClient {
             version,
             retry: options.retry.clone(),
             default_headers,
+            refusal: match account.credential() {
+                Credential::Token(provider) => Some(crate::identity::Refusal {
+                    account: account.name().to_string(),
+                    service,
+                    provider: provider.clone(),
+                }),
+                _ => None,
+            },
+            service,
+            observer: options.observer.clone(),
         })
     }
 
@@ -381,17 +385,23 @@ impl ServiceClient {
         authorize(&mut request, &self.credential, self.scheme).await?;
 
         tracing::debug!(op = req.op, method = %req.method, path = %req.path, "request");
-        let response = self
-            .http
-            .execute(request)
-            .await
-            .map_err(|e| Error::from_reqwest(req.op, &self.host, e))?;
+        let started = std::time::Instant::now();
+        let observe = |outcome: AttemptOutcome| {
+            if let Some(o) = &self.observer {
+                o.on_attempt(self.service, req.op, outcome, started.elapsed());
+            }
+        };
+        let response = self.http.execute(request).await.map_err(|e| {
+            observe(AttemptOutcome::Transport);
+            Error::from_reqwest(req.op, &self.host, e)
+        })?;
         let status = response.status();
         let headers = response.headers().clone();
-        let body = response
-            .bytes()
-            .await
-            .map_err(|e| Error::from_reqwest(req.op, &self.host, e))?;
+        let body = response.bytes().await.map_err(|e| {
+            observe(AttemptOutcome::Transport);
+            Error::from_reqwest(req.op, &self.host, e)
+        })?;
+        observe(AttemptOutcome::Status(status.as_u16()));
         tracing::debug!(
             op = req.op,
             status = status.as_u16(),
@@ -401,7 +411,11 @@ impl ServiceClient {
         if status.is_success() {
             Ok(Response { headers, body })
         } else {
-            Err(service_error(req.op, status, &headers, &body))
+            let e = service_error(req.op, status, &headers, &body);
+            Err(match &self.refusal {
+                Some(r) => r.explain(e, &req.method),
+                None => e,
+            })
         }
     }
 }

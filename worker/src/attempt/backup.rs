@@ -43,6 +43,10 @@ pub enum BackupOutcome {
     Committed {
         /// Entities in the range.
         entities: u64,
+        /// Bytes of the blobs written.
+        stored_bytes: u64,
+        /// Tasks split off the range while it was read.
+        split_off: usize,
     },
     /// Another attempt had already committed the task; this one's blobs were deleted.
     LostRace,
@@ -366,6 +370,8 @@ pub async fn commit(
             );
             Ok(BackupOutcome::Committed {
                 entities: record.entities,
+                stored_bytes: record.stored_bytes,
+                split_off: record.split_off.len(),
             })
         }
         Ok(CreateOutcome::AlreadyExists) => {
@@ -430,7 +436,11 @@ mod tests {
         let (a, b) = (record("aaaa", &blobs), record("bbbb", &blobs));
         assert_eq!(
             commit(&store, &paths, &a).await,
-            Ok(BackupOutcome::Committed { entities: 7 })
+            Ok(BackupOutcome::Committed {
+                entities: 7,
+                stored_bytes: 4,
+                split_off: 0
+            })
         );
         assert_eq!(
             commit(&store, &paths, &b).await,
@@ -454,7 +464,11 @@ mod tests {
         blobs.fail(Op::PutBlob, "/tasks/", Strike::After, reset("Put Blob"));
         assert_eq!(
             commit(&store, &paths, &a).await,
-            Ok(BackupOutcome::Committed { entities: 7 }),
+            Ok(BackupOutcome::Committed {
+                entities: 7,
+                stored_bytes: 4,
+                split_off: 0
+            }),
             "it landed: the attempt committed and keeps its blobs"
         );
         assert!(blobs.names().iter().any(|n| n.contains("/aaaa/")));
@@ -473,7 +487,11 @@ mod tests {
         );
         assert_eq!(
             commit(&store, &paths, &a).await,
-            Ok(BackupOutcome::Committed { entities: 7 })
+            Ok(BackupOutcome::Committed {
+                entities: 7,
+                stored_bytes: 4,
+                split_off: 0
+            })
         );
         assert!(
             blobs.names().iter().any(|n| n.contains("/aaaa/")),
