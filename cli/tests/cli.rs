@@ -149,7 +149,8 @@ async fn backup_status_and_list_with_json_output() {
     assert_eq!(list["backups"][0]["entities"], 700);
 
     assert!(list["backups"][0]["stored_bytes"].as_u64().unwrap() > 0);
-    assert!(list["backups"][0]["duration_seconds"].as_f64().unwrap() > 0.0);
+    // Times are recorded to the second: a quick backup can take "0 s".
+    assert!(list["backups"][0]["duration_seconds"].as_f64().unwrap() >= 0.0);
 
     let o = tablevault(
         &["list", "--container", &container],
