@@ -340,7 +340,18 @@ async fn verify(a: VerifyArgs, shutdown: &CancellationToken) -> Result<VerifyRep
         renames: parse_renames(&a.selection.rename)?,
         against,
     };
-    tablevault_coordinator::verify::verify(&location, &req).await
+    let bar = (!a.output.json).then(|| ProgressBar::new("verify"));
+    let report = tablevault_coordinator::verify::verify_with_progress(
+        &location,
+        &req,
+        bar.as_ref()
+            .map(|b| b as &dyn tablevault_coordinator::Progress),
+    )
+    .await;
+    if let Some(b) = &bar {
+        tablevault_coordinator::Progress::finish(b);
+    }
+    report
 }
 
 async fn list(a: ListArgs, shutdown: &CancellationToken) -> Result<Outcome> {

@@ -15,10 +15,41 @@ use tablevault_coordinator::{Progress, Snapshot};
 
 /// One progress display.
 pub struct ProgressBar {
+    /// The bar of the current phase (on a terminal), when it started, and its name.
+    current: Mutex<Phase>,
+    last_log: Mutex<Instant>,
+}
+
+struct Phase {
     bar: Option<indicatif::ProgressBar>,
     started: Instant,
-    last_log: Mutex<Instant>,
     what: &'static str,
+}
+
+impl Phase {
+    fn new(what: &'static str) -> Phase {
+        let bar = std::io::stderr().is_terminal().then(|| {
+            let bar = indicatif::ProgressBar::with_draw_target(
+                Some(1000),
+                ProgressDrawTarget::stderr_with_hz(4),
+            );
+            bar.set_style(
+                ProgressStyle::with_template(
+                    "{spinner} {prefix} [{elapsed_precise}] {bar:30} {percent:>3}%  {msg}",
+                )
+                .expect("valid template")
+                .progress_chars("=> "),
+            );
+            bar.set_prefix(what);
+            bar.enable_steady_tick(Duration::from_millis(250));
+            bar
+        });
+        Phase {
+            bar,
+            started: Instant::now(),
+            what,
+        }
+    }
 }
 
 /// How far a job is: a fraction done and the time left, from a snapshot and the time
@@ -61,43 +92,26 @@ impl Estimate {
 }
 
 impl ProgressBar {
-    /// A display for a job of kind `what` (`backup`, `restore`).
+    /// A display for a job of kind `what` (`backup`, `restore`, `verify`).
     pub fn new(what: &'static str) -> Self {
-        let bar = std::io::stderr().is_terminal().then(|| {
-            let bar = indicatif::ProgressBar::with_draw_target(
-                Some(1000),
-                ProgressDrawTarget::stderr_with_hz(4),
-            );
-            bar.set_style(
-                ProgressStyle::with_template(
-                    "{spinner} {prefix} [{elapsed_precise}] {bar:30} {percent:>3}%  {msg}",
-                )
-                .expect("valid template")
-                .progress_chars("=> "),
-            );
-            bar.set_prefix(what);
-            bar.enable_steady_tick(Duration::from_millis(250));
-            bar
-        });
         ProgressBar {
-            bar,
-            started: Instant::now(),
+            current: Mutex::new(Phase::new(what)),
             last_log: Mutex::new(Instant::now()),
-            what,
         }
     }
 }
 
 impl Progress for ProgressBar {
     fn update(&self, s: Snapshot) {
-        let elapsed = self.started.elapsed();
+        let phase = self.current.lock().expect("progress lock");
+        let elapsed = phase.started.elapsed();
         let rate = s.entities as f64 / elapsed.as_secs_f64().max(0.001);
         let estimate = Estimate::of(&s, elapsed);
         let eta = match estimate.eta {
             Some(d) => format!("ETA {}", HumanDuration(d)),
             None => "ETA -".into(),
         };
-        match &self.bar {
+        match &phase.bar {
             Some(bar) => {
                 bar.set_position((estimate.fraction * 1000.0) as u64);
                 let entities = match s.entities_expected {
@@ -122,7 +136,7 @@ impl Progress for ProgressBar {
                 if last.elapsed() >= Duration::from_secs(10) {
                     *last = Instant::now();
                     tracing::info!(
-                        what = self.what,
+                        what = phase.what,
                         percent = format!("{:.1}", estimate.fraction * 100.0),
                         eta_s = estimate.eta.map(|d| d.as_secs()),
                         tasks_done = s.tasks_done,
@@ -137,9 +151,17 @@ impl Progress for ProgressBar {
     }
 
     fn finish(&self) {
-        if let Some(bar) = &self.bar {
+        if let Some(bar) = &self.current.lock().expect("progress lock").bar {
             bar.finish_and_clear();
         }
+    }
+
+    fn phase(&self, name: &'static str) {
+        let mut phase = self.current.lock().expect("progress lock");
+        if let Some(bar) = &phase.bar {
+            bar.finish_and_clear();
+        }
+        *phase = Phase::new(name);
     }
 }
 

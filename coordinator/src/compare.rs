@@ -21,6 +21,7 @@ use tablevault_core::protocol::{Manifest, ManifestRange, RestoreMode};
 use tablevault_core::store::Store;
 
 use crate::verify::{Difference, DifferenceKind};
+use crate::watch::{Progress, Snapshot};
 use crate::{Error, Result};
 
 /// Most differences listed per comparison (all are counted).
@@ -311,8 +312,10 @@ pub async fn compare_tables(
     pairs: &[(String, String)],
     live_client: &TableClient,
     opts: CompareOptions,
+    progress: Option<&dyn Progress>,
 ) -> Result<Vec<TableComparison>> {
     let mut out = Vec::new();
+    let mut shown = Snapshot::default();
     let mut work = Vec::new();
     for (i, (source, target)) in pairs.iter().enumerate() {
         let mt = manifest
@@ -329,6 +332,8 @@ pub async fn compare_tables(
             differences: Vec::new(),
         });
         work.extend(mt.ranges.iter().map(move |r| (i, r, exists)));
+        shown.tasks_total += mt.ranges.len() as u64;
+        *shown.entities_expected.get_or_insert(0) += mt.entities;
     }
     let mut results = futures::stream::iter(work)
         .map(|(i, range, exists)| {
@@ -343,6 +348,11 @@ pub async fn compare_tables(
     let mut by_range: Vec<(usize, &ManifestRange, Vec<Difference>)> = Vec::new();
     while let Some(r) = results.next().await {
         let (i, range, (counts, listed)) = r?;
+        shown.tasks_done += 1;
+        shown.entities += counts.backup;
+        if let Some(p) = progress {
+            p.update(shown);
+        }
         out[i].counts.add(&counts);
         by_range.push((i, range, listed));
     }

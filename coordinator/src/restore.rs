@@ -29,7 +29,7 @@ use crate::report::{
     peak_rss_bytes,
 };
 use crate::state::{RestoreState, load_job};
-use crate::watch::{Snapshot, WatchOptions, Watched, watch as watch_job};
+use crate::watch::{Progress, Snapshot, WatchOptions, Watched, watch as watch_job};
 use crate::{Error, Result};
 use tablevault_core::job::finalize::settle_backup;
 
@@ -463,7 +463,9 @@ pub async fn watch(
             return Ok(report);
         }
         JobStatus::Complete => {
-            if let Err(e) = finish_writing(location, job, target, &mut report).await {
+            if let Err(e) =
+                finish_writing(location, job, target, &mut report, opts.progress.as_deref()).await
+            {
                 if opts.shutdown.is_cancelled() {
                     record_interrupted(location, job).await;
                 }
@@ -538,18 +540,38 @@ impl RestoredTables {
         })
     }
 
-    async fn compare(&self, opts: CompareOptions) -> Result<Vec<TableComparison>> {
-        compare_tables(&self.store, &self.manifest, &self.pairs, &self.client, opts).await
+    async fn compare(
+        &self,
+        opts: CompareOptions,
+        progress: Option<&dyn Progress>,
+    ) -> Result<Vec<TableComparison>> {
+        compare_tables(
+            &self.store,
+            &self.manifest,
+            &self.pairs,
+            &self.client,
+            opts,
+            progress,
+        )
+        .await
     }
 
     /// The check after writing (see [`check_target`]).
-    async fn check(&self, job: &RestoreJob, report: &RestoreReport) -> Result<RestoreVerification> {
+    async fn check(
+        &self,
+        job: &RestoreJob,
+        report: &RestoreReport,
+        progress: Option<&dyn Progress>,
+    ) -> Result<RestoreVerification> {
         let started = Instant::now();
         let tables = self
-            .compare(CompareOptions {
-                equality: Equality::for_mode(job.mode),
-                delete_extras: false,
-            })
+            .compare(
+                CompareOptions {
+                    equality: Equality::for_mode(job.mode),
+                    delete_extras: false,
+                },
+                progress,
+            )
             .await?;
         let ok = tables.iter().all(|t| {
             let left_alone: u64 = report
@@ -580,17 +602,24 @@ async fn finish_writing(
     job: &RestoreJob,
     target: &StorageAccount,
     report: &mut RestoreReport,
+    progress: Option<&dyn Progress>,
 ) -> Result<()> {
     if job.mode != RestoreMode::Replace && !job.verify {
         return Ok(());
     }
     let restored = RestoredTables::open(location, job, target).await?;
     if job.mode == RestoreMode::Replace {
+        if let Some(p) = progress {
+            p.phase("replace: deleting extras");
+        }
         let pruned = restored
-            .compare(CompareOptions {
-                equality: Equality::Exact,
-                delete_extras: true,
-            })
+            .compare(
+                CompareOptions {
+                    equality: Equality::Exact,
+                    delete_extras: true,
+                },
+                progress,
+            )
             .await?;
         report.deleted = pruned.iter().map(|t| t.counts.deleted).sum();
         tracing::info!(
@@ -601,7 +630,14 @@ async fn finish_writing(
     if !job.verify {
         return Ok(());
     }
-    let verification = restored.check(job, report).await?;
+    if let Some(p) = progress {
+        p.phase("verify");
+    }
+    let verification = restored.check(job, report, progress).await;
+    if let Some(p) = progress {
+        p.finish();
+    }
+    let verification = verification?;
     if !verification.ok {
         report.status = JobStatus::Mismatch;
     }
@@ -621,7 +657,7 @@ pub async fn check_target(
 ) -> Result<RestoreVerification> {
     RestoredTables::open(location, job, target)
         .await?
-        .check(job, report)
+        .check(job, report, None)
         .await
 }
 
@@ -869,6 +905,7 @@ pub async fn preview(req: &RestoreRequest, location: &Location) -> Result<Restor
             equality: Equality::for_mode(req.mode),
             delete_extras: false,
         },
+        None,
     )
     .await?;
     let tables: Vec<PlannedTable> = compared

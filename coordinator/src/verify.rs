@@ -15,6 +15,7 @@ use tablevault_core::format::FORMAT_VERSION;
 use tablevault_core::keys::EntityKey;
 
 use crate::compare::{LiveCursor, key};
+use crate::watch::{Progress, Snapshot};
 use crate::{Error, Location, Result};
 
 /// Most differences listed in a report (all are counted).
@@ -196,10 +197,31 @@ impl Diff<'_> {
 
 /// Verifies a backup (and compares it with live tables when asked).
 pub async fn verify(location: &Location, req: &VerifyRequest) -> Result<VerifyReport> {
+    verify_with_progress(location, req, None).await
+}
+
+/// [`verify`], telling `progress` after each block (ranges checked of all, entities read
+/// of the manifest's count).
+pub async fn verify_with_progress(
+    location: &Location,
+    req: &VerifyRequest,
+    progress: Option<&dyn Progress>,
+) -> Result<VerifyReport> {
     let store = &location.store()?;
     let started = Instant::now();
     let manifest = crate::restore::load_complete_manifest(store, &req.backup_id).await?;
     let pairs = crate::selection::select(&manifest, req.tables.as_deref(), &req.renames)?;
+    let selected = || {
+        manifest
+            .tables
+            .iter()
+            .filter(|t| pairs.iter().any(|(s, _)| *s == t.name))
+    };
+    let mut shown = Snapshot {
+        tasks_total: selected().map(|t| t.ranges.len() as u64).sum(),
+        entities_expected: Some(selected().map(|t| t.entities).sum()),
+        ..Snapshot::default()
+    };
     let live_client = match &req.against {
         Some(a) => Some(TableClient::with_options(a, &location.client_options)?),
         None => None,
@@ -309,6 +331,10 @@ pub async fn verify(location: &Location, req: &VerifyRequest) -> Result<VerifyRe
                             let n = d.entity_count() as u64;
                             diff.report.entities_read += n;
                             range_entities += n;
+                            shown.entities += n;
+                            if let Some(p) = progress {
+                                p.update(shown);
+                            }
                         }
                         Err(e) => {
                             diff.report.bad_blocks += 1;
@@ -318,6 +344,10 @@ pub async fn verify(location: &Location, req: &VerifyRequest) -> Result<VerifyRe
                         }
                     }
                 }
+            }
+            shown.tasks_done += 1;
+            if let Some(p) = progress {
+                p.update(shown);
             }
             if range_entities != commit.entities && diff.report.bad_blocks == 0 {
                 problems.push(format!(

@@ -45,6 +45,9 @@ pub trait Progress: Send + Sync {
     fn update(&self, snapshot: Snapshot);
     /// The watch is over.
     fn finish(&self);
+    /// A new phase of the same command starts (a restore's read-back after writing):
+    /// the display starts over under this name.
+    fn phase(&self, _name: &'static str) {}
 }
 
 /// Starts workers in the watching process, serving only the watched job.

@@ -389,4 +389,133 @@ mod login {
         );
         let _ = std::fs::remove_dir_all(dir);
     }
+
+    const MSI_CHILD_ENV: &str = "TV_TEST_MSI_CHILD_ENDPOINTS";
+
+    /// Runs in a child process of `managed_identity_gets_tokens_from_the_hosts_endpoint`,
+    /// with App Service's `IDENTITY_ENDPOINT`/`IDENTITY_HEADER` pointing at a fake (the
+    /// variables are process-wide, so they are not set in the test process).
+    #[tokio::test]
+    #[ignore = "run by managed_identity_gets_tokens_from_the_hosts_endpoint in a child process"]
+    async fn managed_identity_child() {
+        let Ok(endpoints) = std::env::var(MSI_CHILD_ENV) else {
+            return;
+        };
+        let mut id = IdentityConfig::from_env(IdentityKind::Managed);
+        id.managed_identity = Some(tablevault_azure::identity::ManagedIdentityId::ClientId(
+            fake_entra::CLIENT_ID.into(),
+        ));
+        let account =
+            StorageAccount::resolve_with(Some(&endpoints), SETTING, &AuthConfig::login(id))
+                .unwrap();
+        touch_table(&account).await;
+        let q = tablevault_azure::queue::QueueClient::new(&account, &unique_lower("msi")).unwrap();
+        q.create().await.unwrap();
+    }
+
+    /// A fake App Service managed identity endpoint (plain HTTP on loopback, as the host
+    /// provides it): checks the secret header and the resource, counts requests, and
+    /// returns the query strings it saw.
+    async fn fake_msi_endpoint() -> (
+        String,
+        std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+        tokio::task::JoinHandle<()>,
+    ) {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let log = seen.clone();
+        let task = tokio::spawn(async move {
+            while let Ok((mut tcp, _)) = listener.accept().await {
+                let log = log.clone();
+                tokio::spawn(async move {
+                    let mut buf = Vec::new();
+                    let mut chunk = [0u8; 4096];
+                    while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
+                        let Ok(n) = tcp.read(&mut chunk).await else {
+                            return;
+                        };
+                        if n == 0 {
+                            return;
+                        }
+                        buf.extend_from_slice(&chunk[..n]);
+                    }
+                    let head = String::from_utf8_lossy(&buf).to_string();
+                    let target = head.split_whitespace().nth(1).unwrap_or("").to_string();
+                    log.lock().unwrap().push(target.clone());
+                    let authorized = head
+                        .to_ascii_lowercase()
+                        .contains("x-identity-header: msi-secret");
+                    let (status, body) = if authorized && target.contains("resource=https") {
+                        let expires_on = std::time::SystemTime::now()
+                            .duration_since(std::time::UNIX_EPOCH)
+                            .unwrap()
+                            .as_secs()
+                            + 3600;
+                        (
+                            "200 OK",
+                            serde_json::json!({
+                                "access_token": fake_entra::mint_token("https://storage.azure.com", 3600),
+                                "expires_on": expires_on.to_string(),
+                                "resource": "https://storage.azure.com",
+                                "token_type": "Bearer",
+                            })
+                            .to_string(),
+                        )
+                    } else {
+                        ("400 Bad Request", r#"{"error":"bad request"}"#.to_string())
+                    };
+                    let reply = format!(
+                        "HTTP/1.1 {status}\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                        body.len()
+                    );
+                    let _ = tcp.write_all(reply.as_bytes()).await;
+                });
+            }
+        });
+        (format!("http://127.0.0.1:{port}/msi/token"), seen, task)
+    }
+
+    #[tokio::test]
+    async fn managed_identity_gets_tokens_from_the_hosts_endpoint() {
+        let azurite = azurite().await;
+        let (endpoint, seen, server) = fake_msi_endpoint().await;
+        let out = tokio::process::Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "login::managed_identity_child",
+                "--ignored",
+                "--nocapture",
+            ])
+            .env("IDENTITY_ENDPOINT", &endpoint)
+            .env("IDENTITY_HEADER", "msi-secret")
+            .env(MSI_CHILD_ENV, azurite.endpoints())
+            .env(
+                tablevault_azure::pipeline::CA_CERT_ENV,
+                &TestCertificate::shared().ca_path,
+            )
+            .output()
+            .await
+            .unwrap();
+        server.abort();
+        let log = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(out.status.success(), "child failed:\n{log}");
+        assert!(log.contains("1 passed"), "child ran no test:\n{log}");
+        let seen = seen.lock().unwrap().clone();
+        assert_eq!(seen.len(), 1, "one token for table and queue: {seen:?}");
+        assert!(
+            seen[0].contains("resource=https%3A%2F%2Fstorage.azure.com")
+                && seen[0].contains(fake_entra::CLIENT_ID),
+            "the storage resource, for the user-assigned identity: {seen:?}"
+        );
+        assert!(
+            !log.contains("msi-secret"),
+            "the host's secret is never logged"
+        );
+    }
 }

@@ -285,3 +285,116 @@ async fn a_task_still_running_after_the_grace_period_is_given_back_whole() {
     assert_eq!(report.entities, s.source.len() as u64);
     assert_eq!(scan_all(&s.client, &s.table).await.len(), s.source.len());
 }
+
+/// Records every snapshot a progress display is shown, and the phases it is told of.
+#[derive(Default)]
+struct Recorder(std::sync::Mutex<Vec<tablevault_coordinator::Snapshot>>);
+
+/// What a recorder saw: a phase started, or a snapshot.
+#[derive(Debug, Clone)]
+enum Seen {
+    Phase(&'static str),
+    Update(tablevault_coordinator::Snapshot),
+}
+
+#[derive(Default)]
+struct PhaseRecorder(std::sync::Mutex<Vec<Seen>>);
+
+impl tablevault_coordinator::Progress for PhaseRecorder {
+    fn update(&self, s: tablevault_coordinator::Snapshot) {
+        self.0.lock().unwrap().push(Seen::Update(s));
+    }
+    fn finish(&self) {}
+    fn phase(&self, name: &'static str) {
+        self.0.lock().unwrap().push(Seen::Phase(name));
+    }
+}
+
+impl tablevault_coordinator::Progress for Recorder {
+    fn update(&self, s: tablevault_coordinator::Snapshot) {
+        self.0.lock().unwrap().push(s);
+    }
+    fn finish(&self) {}
+}
+
+#[tokio::test]
+async fn verify_reports_progress_against_the_manifest() {
+    let s = numbered("verifyprog", 4, 400).await;
+    let mut req = backup_of(&s.env.account, &s.table);
+    req.ranges_per_table = Some(2);
+    let backup = run_backup(&req, &s.t, &watch_opts(2, &s.env.account))
+        .await
+        .unwrap();
+    let recorder = Recorder::default();
+    let report = tablevault_coordinator::verify::verify_with_progress(
+        &s.t,
+        &tablevault_coordinator::verify::VerifyRequest {
+            backup_id: backup.backup_id.clone(),
+            tables: None,
+            renames: Vec::new(),
+            against: None,
+        },
+        Some(&recorder),
+    )
+    .await
+    .unwrap();
+    assert_eq!(report.status, "ok");
+    let seen = recorder.0.into_inner().unwrap();
+    assert!(seen.len() >= 2, "{seen:?}");
+    assert!(
+        seen.windows(2)
+            .all(|w| w[0].entities <= w[1].entities && w[0].tasks_done <= w[1].tasks_done)
+    );
+    let last = seen.last().unwrap();
+    assert_eq!(last.entities_expected, Some(s.source.len() as u64));
+    assert_eq!(last.entities, s.source.len() as u64);
+    assert_eq!(last.tasks_done, last.tasks_total);
+    assert_eq!(last.tasks_total, backup.tasks_committed as u64);
+}
+
+#[tokio::test]
+async fn a_restore_reports_percent_while_writing_and_while_reading_back() {
+    let s = numbered("restoreprog", 4, 400).await;
+    let mut req = backup_of(&s.env.account, &s.table);
+    req.ranges_per_table = Some(2);
+    let backup = run_backup(&req, &s.t, &watch_opts(2, &s.env.account))
+        .await
+        .unwrap();
+    let recorder = Arc::new(PhaseRecorder::default());
+    let mut opts = watch_opts(2, &s.env.account);
+    opts.progress = Some(recorder.clone());
+    let mut r = RestoreRequest::new(&backup.backup_id, s.env.account.clone());
+    r.renames = vec![(s.table.clone(), unique_table("restoreprogdst"))];
+    let report = run_restore(&r, &s.t, &opts).await.unwrap();
+    assert_eq!(report.status, "complete", "{report:?}");
+    let seen = recorder.0.lock().unwrap().clone();
+    let n = s.source.len() as u64;
+    let verify_at = seen
+        .iter()
+        .position(|e| matches!(e, Seen::Phase("verify")))
+        .unwrap_or_else(|| panic!("a verify phase: {seen:?}"));
+    let (writing, verifying) = seen.split_at(verify_at);
+    let updates = |events: &[Seen]| -> Vec<tablevault_coordinator::Snapshot> {
+        events
+            .iter()
+            .filter_map(|e| match e {
+                Seen::Update(s) => Some(*s),
+                Seen::Phase(_) => None,
+            })
+            .collect()
+    };
+    let (writing, verifying) = (updates(writing), updates(verifying));
+    // Writing: sized from the manifest from the first snapshot on, never 0 of 0.
+    assert!(
+        writing
+            .iter()
+            .all(|u| u.entities_expected == Some(n) && u.tasks_total > 0),
+        "{writing:?}"
+    );
+    let last = writing.last().unwrap();
+    assert_eq!((last.entities, last.tasks_done), (n, last.tasks_total));
+    // Reading back: every range, every entity.
+    let last = verifying.last().unwrap();
+    assert_eq!(last.entities_expected, Some(n));
+    assert_eq!((last.entities, last.tasks_done), (n, last.tasks_total));
+}

@@ -1,0 +1,136 @@
+//! The `tablevault-worker` binary as Kubernetes runs it: it serves its health and metrics
+//! endpoint, and on SIGTERM turns unready at once, finishes the task it holds within its
+//! grace period, and exits 0.
+
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use tablevault_azure::table::TableClient;
+use tablevault_coordinator::Location;
+use tablevault_coordinator::backup::{BackupRequest, enqueue, plan};
+use tablevault_core::store::BackupPaths;
+use tablevault_tests::{TestEnv, load_numbered, unique_lower, unique_table};
+
+/// GETs a path: the status, or `None` when nothing answers.
+async fn get(port: u16, path: &str) -> Option<(u16, String)> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .ok()?;
+    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n").as_bytes())
+        .await
+        .ok()?;
+    let mut out = String::new();
+    s.read_to_string(&mut out).await.ok()?;
+    Some((out.get(9..12)?.parse().ok()?, out))
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Waits until `check` holds, polling, for at most `limit`.
+async fn wait_for<F: AsyncFnMut() -> bool>(what: &str, limit: Duration, mut check: F) {
+    let started = Instant::now();
+    while !check().await {
+        assert!(started.elapsed() < limit, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+fn spawn_worker(conn: &str, queue: &str, port: u16) -> Child {
+    Command::new(env!("CARGO_BIN_EXE_tablevault-worker"))
+        .args([
+            "--concurrency",
+            "1",
+            "--queue",
+            queue,
+            "--metrics-addr",
+            &format!("127.0.0.1:{port}"),
+            "--shutdown-grace",
+            "120",
+        ])
+        .env_remove("AZURE_STORAGE_CONNECTION_STRING")
+        .env_remove("TABLEVAULT_AUTH_MODE")
+        .env("TABLEVAULT_BACKUP", conn)
+        .env("TABLEVAULT_SOURCE", conn)
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("start tablevault-worker")
+}
+
+#[tokio::test]
+async fn sigterm_drains_the_task_in_hand_and_exits_0() {
+    let env = TestEnv::start().await;
+    let conn = env.connection_string();
+    let client = TableClient::new(&env.account).unwrap();
+    let table = unique_table("daemon");
+    let source = load_numbered(&client, &table, 4, 1500).await;
+    let location = Location {
+        account: env.account.clone(),
+        container: unique_lower("bk"),
+        queue: unique_lower("tasks"),
+        client_options: Default::default(),
+        backends: None,
+    };
+    let port = free_port();
+    let mut worker = spawn_worker(&conn, &location.queue, port);
+    wait_for("readiness", Duration::from_secs(60), async || {
+        matches!(get(port, "/readyz").await, Some((200, _)))
+    })
+    .await;
+    assert_eq!(get(port, "/healthz").await.map(|r| r.0), Some(200));
+
+    // One task that takes a while: small blocks, no splitting.
+    let mut req = BackupRequest::new(env.account.clone());
+    req.tables = Some(vec![table.clone()]);
+    req.ranges_per_table = Some(1);
+    req.dynamic_split = false;
+    req.block_bytes = 64 * 1024;
+    req.blocks_per_blob = 1;
+    let job = plan(&req, &location).await.unwrap();
+    enqueue(&location, &job, None).await.unwrap();
+    wait_for("the task to start", Duration::from_secs(60), async || {
+        get(port, "/metrics")
+            .await
+            .is_some_and(|(_, m)| m.contains("tablevault_tasks_in_flight{kind=\"backup\"} 1"))
+    })
+    .await;
+
+    // SIGTERM: unready at once, the task finished, exit 0.
+    // SAFETY: kill(2) on a child process we started and have not reaped.
+    assert_eq!(unsafe { libc::kill(worker.id() as i32, libc::SIGTERM) }, 0);
+    wait_for("readiness to drop", Duration::from_secs(5), async || {
+        match get(port, "/readyz").await {
+            Some((status, body)) => status == 503 && body.ends_with("draining\n"),
+            None => true, // already gone
+        }
+    })
+    .await;
+    let started = Instant::now();
+    let status = loop {
+        if let Some(s) = worker.try_wait().unwrap() {
+            break s;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(120),
+            "the worker did not exit within its grace period"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!(status.code(), Some(0), "a drained worker exits 0");
+    let store = location.store().unwrap();
+    let commit = BackupPaths::new(&job.backup_id).commit(&table, "r0000");
+    assert!(
+        store.exists(&commit).await.unwrap(),
+        "the task in hand was finished, not dropped"
+    );
+    let record = store.commit_record(&commit).await.unwrap();
+    assert_eq!(record.entities, source.len() as u64);
+}
