@@ -311,6 +311,9 @@ impl Worker {
                 ceiling,
             } => {
                 let limiter = self.jobs.limiter_for(&job.source.table_endpoint);
+                if let Some(n) = self.fleet.live_workers(&store, &resolved.heartbeats).await {
+                    limiter.set_fleet_size(n);
+                }
                 let Some(source) =
                     self.jobs
                         .table_client(&self.config.sources, &job.source, Some(&limiter))
@@ -370,6 +373,9 @@ impl Worker {
                 block,
             } => {
                 let limiter = self.jobs.limiter_for(&job.target.table_endpoint);
+                if let Some(n) = self.fleet.live_workers(&store, &resolved.heartbeats).await {
+                    limiter.set_fleet_size(n);
+                }
                 let Some(target) =
                     self.jobs
                         .table_client(&self.config.targets, &job.target, Some(&limiter))

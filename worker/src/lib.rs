@@ -10,6 +10,7 @@ pub mod accounts;
 pub mod attempt;
 pub mod auth;
 mod dispatch;
+pub mod fleet;
 mod jobs;
 pub mod lease;
 pub mod limiter;

@@ -18,7 +18,7 @@ use tablevault_azure::RetryObserver;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use crate::pacer::{PARTITION_RATE, PacerConfig, RatePacer, is_emulator};
+use crate::pacer::{ACCOUNT_BUDGET, PARTITION_RATE, PacerConfig, RatePacer, is_emulator};
 
 #[derive(Debug)]
 struct State {
@@ -122,6 +122,17 @@ impl AdaptiveLimit {
     pub fn task_pacer(&self) -> Option<RatePacer> {
         self.partition_rate
             .map(|rate| RatePacer::new(PacerConfig::fixed(rate), Some(0.0)))
+    }
+
+    /// `workers` workers (this one included) share the account now: this one keeps to
+    /// its share of the account's target (less a margin), so a fleet does not overshoot
+    /// the account together and then settle low. No effect on the emulator, which has
+    /// no target.
+    pub fn set_fleet_size(&self, workers: usize) {
+        if self.partition_rate.is_some() {
+            self.pacer
+                .set_ceiling(ACCOUNT_BUDGET / workers.max(1) as f64);
+        }
     }
 
     /// The current account rate, entities per second.
@@ -236,6 +247,33 @@ mod tests {
         l.throttled(); // within the cool-down: no second cut
         assert_eq!(l.current(), 2);
         assert_eq!(l.throttles(), 2);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_known_fleet_keeps_each_worker_to_its_share_of_the_account() {
+        let l = AdaptiveLimit::new(4, 1, 16);
+        l.set_fleet_size(16);
+        let share = ACCOUNT_BUDGET / 16.0;
+        // A minute of full use: slow start would pass the share within seconds.
+        for _ in 0..600 {
+            l.pace(1_000).await;
+        }
+        assert!((l.rate() - share).abs() < 1e-6, "{} vs {share}", l.rate());
+        // Workers leave: the share grows and the rate grows back to it.
+        l.set_fleet_size(4);
+        for _ in 0..3_000 {
+            l.pace(1_000).await;
+        }
+        assert!(
+            l.rate() > share && l.rate() <= ACCOUNT_BUDGET / 4.0,
+            "{}",
+            l.rate()
+        );
+        // The emulator has no target: no share.
+        let e = AdaptiveLimit::for_endpoint("http://127.0.0.1:10002/devstoreaccount1");
+        let before = e.rate();
+        e.set_fleet_size(64);
+        assert_eq!(e.rate(), before);
     }
 
     #[tokio::test]

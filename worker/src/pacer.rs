@@ -60,6 +60,9 @@ const MIN_SHARE: f64 = 0.02;
 /// The entities/s one account serves (Azure's target).
 pub const ACCOUNT_RATE: f64 = 20_000.0;
 
+/// The part of the account's target a fleet that knows its size shares out.
+pub const ACCOUNT_BUDGET: f64 = 0.95 * ACCOUNT_RATE;
+
 impl PacerConfig {
     /// A worker's pace against one Azure account (20,000 entities/s shared with every
     /// other worker, whose number it does not know).
@@ -122,6 +125,9 @@ struct State {
     request: f64,
     slow_start: bool,
     throttles: u64,
+    /// Highest rate for now: the worker's share of the account once it knows how many
+    /// workers share it (`config.max` until then).
+    ceiling: f64,
 }
 
 /// Spaces requests by the entities they move.
@@ -150,6 +156,7 @@ impl RatePacer {
                 request: 0.0,
                 slow_start: config.adaptive,
                 throttles: 0,
+                ceiling: config.max,
             }),
             config,
         }
@@ -158,6 +165,23 @@ impl RatePacer {
     /// The current rate, entities per second.
     pub fn rate(&self) -> f64 {
         self.state.lock().expect("pacer lock").rate
+    }
+
+    /// Holds an adaptive pacer at or below `rate` (its share of the account); a fixed
+    /// pacer keeps its rate.
+    pub fn set_ceiling(&self, rate: f64) {
+        if !self.config.adaptive {
+            return;
+        }
+        let mut s = self.state.lock().expect("pacer lock");
+        s.ceiling = rate.clamp(self.config.min, self.config.max);
+        if s.slow_start {
+            // Never throttled: the share is a known-safe rate, so start there instead of
+            // probing up to it.
+            s.rate = s.ceiling;
+        } else {
+            s.rate = s.rate.min(s.ceiling);
+        }
     }
 
     /// Throttling answers seen.
@@ -192,7 +216,7 @@ impl RatePacer {
             };
             let share = (s.rate / self.config.target).clamp(MIN_SHARE, 1.0);
             let growth = gain * share;
-            s.rate = (s.rate + growth * n).min(self.config.max);
+            s.rate = (s.rate + growth * n).min(s.ceiling);
         }
         start
     }

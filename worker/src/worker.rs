@@ -15,6 +15,7 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use crate::accounts::AccountSet;
+use crate::fleet::FleetWatch;
 use crate::jobs::{JobFiles, StoreFactory, azure_stores};
 use crate::metrics::WorkerMetrics;
 use crate::serve::Health;
@@ -102,6 +103,8 @@ pub struct Worker {
     pub(crate) stats: Arc<WorkerStats>,
     pub(crate) identity: String,
     pub(crate) jobs: JobFiles,
+    /// Live workers per job, for each one's share of the account's rate.
+    pub(crate) fleet: FleetWatch,
 }
 
 impl Worker {
@@ -155,6 +158,7 @@ impl Worker {
             stats,
             identity,
             jobs,
+            fleet: FleetWatch::default(),
             config,
         })
     }

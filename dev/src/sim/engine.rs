@@ -143,6 +143,11 @@ impl Worker {
     }
 }
 
+/// Seconds before a worker's first heartbeat, then between the worker's listings of
+/// the heartbeats (the product's `HEARTBEAT_PERIOD` and `fleet::LISTING_PERIOD`).
+const HEARTBEAT_DELAY_S: u64 = 40;
+const FLEET_LISTING_S: u64 = 25;
+
 /// Limiter levels seen by the sampler.
 #[derive(Debug, Clone)]
 struct LevelAcc {
@@ -375,6 +380,18 @@ impl<T: 'static> Engine<T> {
                 return;
             }
             let total: usize = workers.iter().map(|w| w.busy.get()).sum();
+            // The product learns how many workers share the account from their
+            // heartbeats: the first is written after HEARTBEAT_DELAY, and listings see
+            // a worker's change within one more period.
+            if self.cfg.policy == Policy::Product
+                && tick >= HEARTBEAT_DELAY_S
+                && tick.is_multiple_of(FLEET_LISTING_S)
+            {
+                let live = workers.iter().filter(|w| w.busy.get() > 0).count();
+                for w in &workers {
+                    w.limiter.set_fleet_size(live.max(1));
+                }
+            }
             if tick.is_multiple_of(self.cfg.share_every_seconds.max(1)) && total > 0 {
                 for w in workers.iter().filter(|w| w.busy.get() > 0) {
                     if let Some(p) = &w.pacer {
