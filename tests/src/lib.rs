@@ -186,3 +186,18 @@ pub async fn load_edge_table(client: &TableClient, table: &str) -> Vec<Entity> {
     });
     load_batches(client, table, batches).await
 }
+
+/// GETs `path` from a local HTTP/1.1 server (a worker's metrics endpoint): the status and
+/// the body, or `None` when nothing answers.
+pub async fn http_get(addr: std::net::SocketAddr, path: &str) -> Option<(u16, String)> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(addr).await.ok()?;
+    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n").as_bytes())
+        .await
+        .ok()?;
+    let mut out = String::new();
+    s.read_to_string(&mut out).await.ok()?;
+    let status = out.get(9..12)?.parse().ok()?;
+    let body = out.split_once("\r\n\r\n").map(|(_, b)| b).unwrap_or("");
+    Some((status, body.to_string()))
+}

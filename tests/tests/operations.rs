@@ -12,7 +12,7 @@ use support::{Setup, backup_of, numbered, store, watch_opts, worker_config};
 use tablevault_coordinator::backup::{enqueue, plan, run_backup, watch};
 use tablevault_coordinator::restore::{RestoreRequest, run_restore};
 use tablevault_core::store::BackupPaths;
-use tablevault_tests::{scan_all, unique_table};
+use tablevault_tests::{http_get, scan_all, unique_table};
 use tablevault_worker::metrics::WorkerMetrics;
 use tablevault_worker::serve::{Health, serve};
 use tablevault_worker::{Worker, WorkerStats};
@@ -20,16 +20,7 @@ use tokio_util::sync::CancellationToken;
 
 /// GETs a path of the endpoint: status and body.
 async fn get(addr: SocketAddr, path: &str) -> (u16, String) {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
-    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n").as_bytes())
-        .await
-        .unwrap();
-    let mut out = String::new();
-    s.read_to_string(&mut out).await.unwrap();
-    let status = out[9..12].parse().unwrap();
-    let body = out.split_once("\r\n\r\n").map(|(_, b)| b).unwrap_or("");
-    (status, body.to_string())
+    http_get(addr, path).await.expect("the endpoint answers")
 }
 
 /// The value of one sample (name with its labels, as exposed), 0 when absent.

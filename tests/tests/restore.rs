@@ -618,12 +618,17 @@ struct DeleteWhenWritten {
     client: TableClient,
     table: String,
     key: (String, String),
+    /// `finish` comes again after the read-back phase: delete once.
+    done: std::sync::atomic::AtomicBool,
 }
 
 impl tablevault_coordinator::Progress for DeleteWhenWritten {
     fn update(&self, _: tablevault_coordinator::Snapshot) {}
 
     fn finish(&self) {
+        if self.done.swap(true, std::sync::atomic::Ordering::SeqCst) {
+            return;
+        }
         // On the test's runtime: the HTTP connection pool is shared process-wide, and a
         // connection opened on a runtime that then ends would stall the next request.
         let (pk, rk) = &self.key;
@@ -661,6 +666,7 @@ async fn a_mismatch_after_writing_fails_the_restore_with_exit_4() {
         client: client.clone(),
         table: dst.clone(),
         key: ("p001".into(), "r00007".into()),
+        done: Default::default(),
     }));
     let report = run_restore(&r, &t, &opts).await.unwrap();
     assert_eq!(report.status, "mismatch");

@@ -9,20 +9,12 @@ use tablevault_azure::table::TableClient;
 use tablevault_coordinator::Location;
 use tablevault_coordinator::backup::{BackupRequest, enqueue, plan};
 use tablevault_core::store::BackupPaths;
-use tablevault_tests::{TestEnv, load_numbered, unique_lower, unique_table};
+use tablevault_tests::{TestEnv, http_get, load_numbered, unique_lower, unique_table};
 
-/// GETs a path: the status, or `None` when nothing answers.
+/// GETs a path of the worker's endpoint: the status and the body, or `None` when
+/// nothing answers.
 async fn get(port: u16, path: &str) -> Option<(u16, String)> {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port))
-        .await
-        .ok()?;
-    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n").as_bytes())
-        .await
-        .ok()?;
-    let mut out = String::new();
-    s.read_to_string(&mut out).await.ok()?;
-    Some((out.get(9..12)?.parse().ok()?, out))
+    http_get(([127, 0, 0, 1], port).into(), path).await
 }
 
 fn free_port() -> u16 {
