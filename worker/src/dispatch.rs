@@ -298,11 +298,18 @@ impl Worker {
                 .await;
             return;
         }
+        let beat_path = format!(
+            "{}{}/{}",
+            store.container(),
+            resolved.heartbeats,
+            blob_safe(&self.identity)
+        );
         let heartbeat = Heartbeat::start(
             store.clone(),
             format!("{}{}", resolved.heartbeats, blob_safe(&self.identity)),
             &task,
             &self.identity,
+            self.first_beat(beat_path),
         );
         let outcome = match &resolved.work {
             Work::Backup {
@@ -438,12 +445,17 @@ const HEARTBEAT_PERIOD: Duration = Duration::from_secs(20);
 struct Heartbeat(tokio::task::JoinHandle<()>);
 
 impl Heartbeat {
-    fn start(store: Store, path: String, task: &TaskMessage, worker: &str) -> Self {
+    /// `now`: this worker's first task of the job, whose first beat tells the other
+    /// workers at once that one more shares the account (see `fleet`). Later tasks beat
+    /// first after a period: a task that ends sooner says so by its record.
+    fn start(store: Store, path: String, task: &TaskMessage, worker: &str, now: bool) -> Self {
         let beat = serde_json::json!({ "worker": worker, "table": task.table, "task": task.task });
         Heartbeat(tokio::spawn(async move {
+            let mut first = now;
             loop {
-                // First beat after a period: a task that ends sooner says so by its record.
-                tokio::time::sleep(HEARTBEAT_PERIOD).await;
+                if !std::mem::take(&mut first) {
+                    tokio::time::sleep(HEARTBEAT_PERIOD).await;
+                }
                 let mut beat = beat.clone();
                 beat["at"] = tablevault_core::protocol::now_rfc3339().into();
                 if let Err(e) = store.overwrite(&path, &beat).await {

@@ -1,11 +1,14 @@
-//! How many workers are working on a job, told by their heartbeats: each worker rewrites
-//! its heartbeat blob under the job every `HEARTBEAT_PERIOD` while it runs a task, so a
-//! heartbeat whose ETag changed between two listings a period or more apart belongs to
-//! a live worker. The count sets each worker's share of the account's rate (see
+//! How many workers are working on a job, told by their heartbeats. Each worker writes
+//! its heartbeat blob under the job when it starts its first task of the job, then
+//! rewrites it every `HEARTBEAT_PERIOD` while it runs one. A heartbeat that appeared or
+//! whose ETag changed within [`LIVE_WINDOW`] belongs to a live worker. The count sets
+//! each worker's share of the account's rate (see
 //! [`crate::limiter::AdaptiveLimit::set_fleet_size`]).
 //!
-//! One listing per job per [`LISTING_PERIOD`] per worker: 64 workers cost about three
-//! List Blobs a second, against the thousands of requests they send.
+//! Listings: every [`GROWING_PERIOD`] while new heartbeats keep appearing (a fleet
+//! starting together learns its size within seconds), else every [`LISTING_PERIOD`].
+//! 64 workers in the steady state cost about three List Blobs a second, against the
+//! thousands of requests they send.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -14,15 +17,23 @@ use std::time::Duration;
 use tablevault_core::store::Store;
 use tokio::time::Instant;
 
-/// Least time between two listings of one job's heartbeats (longer than a heartbeat
-/// period, so a live worker's heartbeat changes between two of them).
+/// Least time between two listings of one job's heartbeats once the fleet is stable.
 pub const LISTING_PERIOD: Duration = Duration::from_secs(25);
 
-/// What the last listing of one job's heartbeats saw.
+/// Least time between two listings while the last one found new heartbeats.
+pub const GROWING_PERIOD: Duration = Duration::from_secs(3);
+
+/// A heartbeat seen to change within this long is a live worker's: a heartbeat period
+/// (20 s) plus a listing period, with room to spare.
+pub const LIVE_WINDOW: Duration = Duration::from_secs(60);
+
+/// What the listings of one job's heartbeats saw.
 struct Seen {
     at: Instant,
-    etags: HashMap<String, String>,
+    /// Per heartbeat: its ETag and when it was last seen to change (or appear).
+    beats: HashMap<String, (String, Instant)>,
     live: usize,
+    growing: bool,
 }
 
 /// The live workers of each job, from listings of their heartbeats.
@@ -32,45 +43,63 @@ pub struct FleetWatch {
 }
 
 impl FleetWatch {
-    /// Live workers under `root` (this one counted even before its first heartbeat),
-    /// listing again if the last listing is a period old. `None` when nothing is known
-    /// yet or the listing failed (the caller keeps what it had).
+    /// Live workers under `root` (at least this one), listing again when the last
+    /// listing is old enough. `None` when the listing failed and nothing is known (the
+    /// caller keeps what it had).
     pub async fn live_workers(&self, store: &Store, root: &str) -> Option<usize> {
         let key = format!("{}/{root}", store.container());
-        let previous = {
+        let mut beats = {
             let jobs = self.jobs.lock().expect("fleet lock");
             match jobs.get(&key) {
-                Some(s) if s.at.elapsed() < LISTING_PERIOD => return Some(s.live),
-                Some(s) => Some(s.etags.clone()),
-                None => None,
+                Some(s) => {
+                    let period = if s.growing {
+                        GROWING_PERIOD
+                    } else {
+                        LISTING_PERIOD
+                    };
+                    if s.at.elapsed() < period {
+                        return Some(s.live);
+                    }
+                    s.beats.clone()
+                }
+                None => HashMap::new(),
             }
         };
         let page = match store.blobs().list(root, None).await {
             Ok(p) => p,
             Err(e) => {
                 tracing::debug!(error = %e, "cannot list the job's heartbeats");
-                return None;
+                let jobs = self.jobs.lock().expect("fleet lock");
+                return jobs.get(&key).map(|s| s.live);
             }
         };
-        let etags: HashMap<String, String> =
-            page.blobs.into_iter().map(|b| (b.name, b.etag)).collect();
-        let live = match &previous {
-            // A heartbeat that changed since the last listing is a live worker's.
-            Some(before) => etags
-                .iter()
-                .filter(|(name, etag)| before.get(*name) != Some(etag))
-                .count(),
-            // First look: every heartbeat may be live (an overestimate only lowers the
-            // share until the next listing).
-            None => etags.len(),
+        let now = Instant::now();
+        let mut growing = false;
+        for blob in page.blobs {
+            match beats.get_mut(&blob.name) {
+                Some((etag, changed)) if *etag != blob.etag => {
+                    *etag = blob.etag;
+                    *changed = now;
+                }
+                Some(_) => {}
+                None => {
+                    growing = true;
+                    beats.insert(blob.name, (blob.etag, now));
+                }
+            }
         }
-        .max(1);
+        let live = beats
+            .values()
+            .filter(|(_, changed)| now.duration_since(*changed) < LIVE_WINDOW)
+            .count()
+            .max(1);
         self.jobs.lock().expect("fleet lock").insert(
             key,
             Seen {
-                at: Instant::now(),
-                etags,
+                at: now,
+                beats,
                 live,
+                growing,
             },
         );
         Some(live)
@@ -85,8 +114,15 @@ mod tests {
 
     use super::*;
 
+    async fn beat(store: &Store, root: &str, worker: &str, n: u64) {
+        store
+            .overwrite(&format!("{root}{worker}"), &serde_json::json!({ "at": n }))
+            .await
+            .unwrap();
+    }
+
     #[tokio::test(start_paused = true)]
-    async fn counts_the_heartbeats_that_changed_between_listings() {
+    async fn counts_heartbeats_that_appeared_or_changed_lately() {
         let store = Store::new(Arc::new(MemoryBlobs::new("c")));
         let watch = FleetWatch::default();
         let root = "job/heartbeats/";
@@ -96,10 +132,7 @@ mod tests {
             "none yet: itself"
         );
         for w in ["a", "b", "c"] {
-            store
-                .overwrite(&format!("{root}{w}"), &serde_json::json!({"at": 0}))
-                .await
-                .unwrap();
+            beat(&store, root, w, 0).await;
         }
         assert_eq!(
             watch.live_workers(&store, root).await,
@@ -108,16 +141,22 @@ mod tests {
         );
         tokio::time::advance(LISTING_PERIOD).await;
         assert_eq!(watch.live_workers(&store, root).await, Some(3));
-        // Only a and b beat again: c's worker has gone.
-        tokio::time::advance(LISTING_PERIOD).await;
-        for w in ["a", "b"] {
-            store
-                .overwrite(&format!("{root}{w}"), &serde_json::json!({"at": 1}))
-                .await
-                .unwrap();
+        // A fleet still growing is listed again soon.
+        beat(&store, root, "d", 0).await;
+        tokio::time::advance(GROWING_PERIOD).await;
+        assert_eq!(watch.live_workers(&store, root).await, Some(4));
+        // Then only a, b and d keep beating: c's worker has gone.
+        for n in 1..=3 {
+            tokio::time::advance(LISTING_PERIOD).await;
+            for w in ["a", "b", "d"] {
+                beat(&store, root, w, n).await;
+            }
+            let live = watch.live_workers(&store, root).await;
+            if n == 3 {
+                assert_eq!(live, Some(3), "c stopped beating more than a window ago");
+            }
         }
-        assert_eq!(watch.live_workers(&store, root).await, Some(2));
-        tokio::time::advance(LISTING_PERIOD).await;
+        tokio::time::advance(LIVE_WINDOW + LISTING_PERIOD).await;
         assert_eq!(
             watch.live_workers(&store, root).await,
             Some(1),

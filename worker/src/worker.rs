@@ -105,6 +105,8 @@ pub struct Worker {
     pub(crate) jobs: JobFiles,
     /// Live workers per job, for each one's share of the account's rate.
     pub(crate) fleet: FleetWatch,
+    /// The heartbeats this worker has written (container/path).
+    beaten: std::sync::Mutex<std::collections::HashSet<String>>,
 }
 
 impl Worker {
@@ -159,8 +161,18 @@ impl Worker {
             identity,
             jobs,
             fleet: FleetWatch::default(),
+            beaten: Default::default(),
             config,
         })
+    }
+
+    /// Whether this worker has not written the heartbeat at `path` yet (and now will).
+    pub(crate) fn first_beat(&self, path: String) -> bool {
+        let mut beaten = self.beaten.lock().expect("heartbeats lock");
+        if beaten.len() >= 10_000 {
+            beaten.clear();
+        }
+        beaten.insert(path)
     }
 
     /// Live counters.

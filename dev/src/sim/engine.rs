@@ -111,6 +111,8 @@ pub(crate) struct Worker {
     pub pacer: Option<RefCell<Pacer>>,
     /// Tasks in flight (a worker with one heartbeats).
     busy: Cell<usize>,
+    /// When it last started or ended a task (its heartbeat changes while it works).
+    last_busy: Cell<Option<Instant>>,
 }
 
 impl Worker {
@@ -130,6 +132,7 @@ impl Worker {
             limiter: AdaptiveLimit::with_pacer(initial, min, max, account, Some(PARTITION_RATE)),
             pacer,
             busy: Cell::new(0),
+            last_busy: Cell::new(None),
         }
     }
 
@@ -143,10 +146,11 @@ impl Worker {
     }
 }
 
-/// Seconds before a worker's first heartbeat, then between the worker's listings of
-/// the heartbeats (the product's `HEARTBEAT_PERIOD` and `fleet::LISTING_PERIOD`).
-const HEARTBEAT_DELAY_S: u64 = 40;
-const FLEET_LISTING_S: u64 = 25;
+/// The product's `fleet` listings: every `GROWING_S` while new heartbeats appear (a
+/// worker writes its first when it starts its first task of the job), then every
+/// `LISTING_S`.
+const GROWING_S: u64 = 3;
+const LISTING_S: u64 = 25;
 
 /// Limiter levels seen by the sampler.
 #[derive(Debug, Clone)]
@@ -265,8 +269,10 @@ impl<T: 'static> Engine<T> {
                 Some(m) => {
                     idle = Duration::from_millis(100);
                     worker.busy.set(worker.busy.get() + 1);
+                    worker.last_busy.set(Some(Instant::now()));
                     run(worker.clone(), m).await;
                     worker.busy.set(worker.busy.get() - 1);
+                    worker.last_busy.set(Some(Instant::now()));
                 }
                 None => {
                     sleep(idle).await;
@@ -374,6 +380,7 @@ impl<T: 'static> Engine<T> {
     /// in proportion to their tasks in flight.
     async fn sample(&self, workers: Vec<Rc<Worker>>) {
         let mut last = (0u64, 0u64, 0u64);
+        let mut fleet_seen = 0usize;
         for tick in 1u64.. {
             sleep(Duration::from_secs(1)).await;
             if self.finished.get().is_some() {
@@ -383,13 +390,31 @@ impl<T: 'static> Engine<T> {
             // The product learns how many workers share the account from their
             // heartbeats: the first is written after HEARTBEAT_DELAY, and listings see
             // a worker's change within one more period.
-            if self.cfg.policy == Policy::Product
-                && tick >= HEARTBEAT_DELAY_S
-                && tick.is_multiple_of(FLEET_LISTING_S)
-            {
-                let live = workers.iter().filter(|w| w.busy.get() > 0).count();
-                for w in &workers {
-                    w.limiter.set_fleet_size(live.max(1));
+            if self.cfg.policy == Policy::Product {
+                // A worker at work has a heartbeat that changes (the first written when it
+                // starts its first task); one idle for a minute has none that does.
+                let now = Instant::now();
+                let live = workers
+                    .iter()
+                    .filter(|w| {
+                        w.busy.get() > 0
+                            || w.last_busy
+                                .get()
+                                .is_some_and(|t| now.duration_since(t) < Duration::from_secs(60))
+                    })
+                    .count()
+                    .max(1);
+                let growing = live > fleet_seen;
+                let due = if growing || fleet_seen == 0 {
+                    tick.is_multiple_of(GROWING_S)
+                } else {
+                    tick.is_multiple_of(LISTING_S)
+                };
+                if due {
+                    fleet_seen = live;
+                    for w in &workers {
+                        w.limiter.set_fleet_size(live);
+                    }
                 }
             }
             if tick.is_multiple_of(self.cfg.share_every_seconds.max(1)) && total > 0 {
