@@ -66,28 +66,25 @@ impl Estimate {
     /// Estimates from entities when the expected count is known, else from tasks.
     pub fn of(s: &Snapshot, elapsed: Duration) -> Estimate {
         let settled = s.tasks_done + s.poisoned;
-        let all_done = s.tasks_total > 0 && settled >= s.tasks_total;
+        if s.tasks_total > 0 && settled >= s.tasks_total {
+            return Estimate {
+                fraction: 1.0,
+                eta: Some(Duration::ZERO),
+            };
+        }
         let fraction = match s.entities_expected {
-            _ if all_done => 1.0,
             Some(expected) if expected > 0 => s.entities as f64 / expected as f64,
             // Every task known is split work: the fraction of tasks is a rough guide.
             _ if s.tasks_total > 0 => settled as f64 / s.tasks_total as f64,
             _ => 0.0,
         };
         // The last entities are not done until the last task commits: stay below 100%.
-        let fraction = if all_done {
-            1.0
-        } else {
-            fraction.clamp(0.0, 0.99)
-        };
-        let eta = (fraction > 0.0 && fraction < 1.0).then(|| {
+        let fraction = fraction.clamp(0.0, 0.99);
+        let eta = (fraction > 0.0).then(|| {
             let secs = elapsed.as_secs_f64() * (1.0 - fraction) / fraction;
             Duration::from_secs_f64(secs.min(365.0 * 86_400.0))
         });
-        Estimate {
-            fraction,
-            eta: if all_done { Some(Duration::ZERO) } else { eta },
-        }
+        Estimate { fraction, eta }
     }
 }
 

@@ -1,31 +1,17 @@
 //! The `tablevault` binary as a user runs it: help, exit codes, `--json`, environment
 //! fallbacks, and secrets kept out of its output.
 
+mod support;
+
 use std::process::{Command, Output};
 
+use support::{command, text};
 use tablevault_azure::table::TableClient;
 use tablevault_dev::sample::load_sample;
 use tablevault_tests::{TestEnv, unique_lower, unique_table};
 
 fn tablevault(args: &[&str], env: &[(&str, &str)]) -> Output {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_tablevault"));
-    cmd.args(args)
-        .env_remove("AZURE_STORAGE_CONNECTION_STRING")
-        .env_remove("TABLEVAULT_SOURCE")
-        .env_remove("TABLEVAULT_BACKUP")
-        .env_remove("RUST_LOG");
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    cmd.output().expect("run tablevault")
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
+    command(args, env).output().expect("run tablevault")
 }
 
 #[test]
@@ -283,16 +269,11 @@ fn conn_at(endpoint: &str) -> String {
 }
 
 fn spawn_tablevault(args: &[&str], env: &[(&str, &str)]) -> std::process::Child {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_tablevault"));
-    cmd.args(args)
-        .env_remove("AZURE_STORAGE_CONNECTION_STRING")
-        .env_remove("RUST_LOG")
+    command(args, env)
         .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped());
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    cmd.spawn().expect("run tablevault")
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run tablevault")
 }
 
 fn signal(child: &std::process::Child, sig: &str) {

@@ -4,7 +4,11 @@
 //! secret). One token per process serves the coordinator, the workers and all three
 //! services.
 
+mod support;
+
 use std::process::Output;
+
+use support::{command, text};
 
 use tablevault_azure::table::TableClient;
 use tablevault_dev::emulator::Azurite;
@@ -14,38 +18,10 @@ use tablevault_tests::fake_entra::{self, FakeEntra};
 use tablevault_tests::{unique_lower, unique_table};
 
 async fn tablevault(args: &[&str], env: &[(&str, &str)]) -> Output {
-    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_tablevault"));
-    cmd.args(args);
-    for k in [
-        "AZURE_STORAGE_CONNECTION_STRING",
-        "AZURE_STORAGE_ACCOUNT",
-        "AZURE_STORAGE_AUTH_MODE",
-        "TABLEVAULT_SOURCE",
-        "TABLEVAULT_BACKUP",
-        "TABLEVAULT_TARGET",
-        "TABLEVAULT_AUTH_MODE",
-        "TABLEVAULT_IDENTITY",
-        "AZURE_FEDERATED_TOKEN_FILE",
-        "AZURE_CLIENT_ID",
-        "AZURE_TENANT_ID",
-        "AZURE_CLIENT_SECRET",
-        "AZURE_STORAGE_KEY",
-        "RUST_LOG",
-    ] {
-        cmd.env_remove(k);
-    }
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    cmd.output().await.expect("run tablevault")
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
+    tokio::process::Command::from(command(args, env))
+        .output()
+        .await
+        .expect("run tablevault")
 }
 
 #[tokio::test]

@@ -304,6 +304,30 @@ mod login {
         let _ = std::fs::remove_dir_all(dir);
     }
 
+    /// Runs the ignored test `name` of this binary in a child process with `vars` set
+    /// (process-wide settings such as PATH stay out of the test process) and the test
+    /// CA trusted; asserts it ran and passed, and returns its output.
+    async fn run_child(name: &str, vars: &[(&str, String)]) -> String {
+        let out = tokio::process::Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", name, "--ignored", "--nocapture"])
+            .envs(vars.iter().map(|(k, v)| (k, v)))
+            .env(
+                tablevault_azure::pipeline::CA_CERT_ENV,
+                &TestCertificate::shared().ca_path,
+            )
+            .output()
+            .await
+            .unwrap();
+        let log = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(out.status.success(), "child failed:\n{log}");
+        assert!(log.contains("1 passed"), "child ran no test:\n{log}");
+        log
+    }
+
     const CHILD_ENV: &str = "TV_TEST_AZ_CHILD_ENDPOINTS";
 
     /// Runs in a child process of `azure_cli_identity_runs_az_from_path`, with a fake `az`
@@ -353,29 +377,11 @@ mod login {
             dir.display(),
             std::env::var("PATH").unwrap_or_default()
         );
-        let out = tokio::process::Command::new(std::env::current_exe().unwrap())
-            .args([
-                "--exact",
-                "login::azure_cli_child",
-                "--ignored",
-                "--nocapture",
-            ])
-            .env("PATH", path)
-            .env(CHILD_ENV, azurite.endpoints())
-            .env(
-                tablevault_azure::pipeline::CA_CERT_ENV,
-                &TestCertificate::shared().ca_path,
-            )
-            .output()
-            .await
-            .unwrap();
-        let log = format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        assert!(out.status.success(), "child failed:\n{log}");
-        assert!(log.contains("1 passed"), "child ran no test:\n{log}");
+        run_child(
+            "login::azure_cli_child",
+            &[("PATH", path), (CHILD_ENV, azurite.endpoints())],
+        )
+        .await;
         let calls = std::fs::read_to_string(&calls).unwrap();
         assert_eq!(
             calls.lines().count(),
@@ -481,31 +487,16 @@ mod login {
     async fn managed_identity_gets_tokens_from_the_hosts_endpoint() {
         let azurite = azurite().await;
         let (endpoint, seen, server) = fake_msi_endpoint().await;
-        let out = tokio::process::Command::new(std::env::current_exe().unwrap())
-            .args([
-                "--exact",
-                "login::managed_identity_child",
-                "--ignored",
-                "--nocapture",
-            ])
-            .env("IDENTITY_ENDPOINT", &endpoint)
-            .env("IDENTITY_HEADER", "msi-secret")
-            .env(MSI_CHILD_ENV, azurite.endpoints())
-            .env(
-                tablevault_azure::pipeline::CA_CERT_ENV,
-                &TestCertificate::shared().ca_path,
-            )
-            .output()
-            .await
-            .unwrap();
+        let log = run_child(
+            "login::managed_identity_child",
+            &[
+                ("IDENTITY_ENDPOINT", endpoint),
+                ("IDENTITY_HEADER", "msi-secret".into()),
+                (MSI_CHILD_ENV, azurite.endpoints()),
+            ],
+        )
+        .await;
         server.abort();
-        let log = format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        assert!(out.status.success(), "child failed:\n{log}");
-        assert!(log.contains("1 passed"), "child ran no test:\n{log}");
         let seen = seen.lock().unwrap().clone();
         assert_eq!(seen.len(), 1, "one token for table and queue: {seen:?}");
         assert!(

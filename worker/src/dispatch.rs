@@ -20,6 +20,7 @@ use tracing::Instrument;
 use crate::attempt::backup::{BackupAttempt, BackupOutcome, Splitting};
 use crate::attempt::restore::{RestoreAttempt, RestoreOutcome};
 use crate::lease::Lease;
+use crate::limiter::AdaptiveLimit;
 use crate::metrics::Kind;
 use crate::settle::PoisonTarget;
 use crate::worker::Worker;
@@ -138,6 +139,21 @@ impl Worker {
             Ok(None) => true,
             Err(_) => false,
         }
+    }
+
+    /// The limiter of a Table endpoint, held to this worker's share of the account by
+    /// the live workers of the job whose heartbeats are under `heartbeats`.
+    async fn limiter_for(
+        &self,
+        endpoint: &str,
+        store: &Store,
+        heartbeats: &str,
+    ) -> Arc<AdaptiveLimit> {
+        let limiter = self.jobs.limiter_for(endpoint);
+        if let Some(n) = self.fleet.live_workers(store, heartbeats).await {
+            limiter.set_fleet_size(n);
+        }
+        limiter
     }
 
     /// Reads what the task refers to; `None` if its job no longer exists.
@@ -298,29 +314,18 @@ impl Worker {
                 .await;
             return;
         }
-        let beat_path = format!(
-            "{}{}/{}",
-            store.container(),
-            resolved.heartbeats,
-            blob_safe(&self.identity)
-        );
-        let heartbeat = Heartbeat::start(
-            store.clone(),
-            format!("{}{}", resolved.heartbeats, blob_safe(&self.identity)),
-            &task,
-            &self.identity,
-            self.first_beat(beat_path),
-        );
+        let beat = format!("{}{}", resolved.heartbeats, blob_safe(&self.identity));
+        let first = self.first_beat(format!("{}/{beat}", store.container()));
+        let heartbeat = Heartbeat::start(store.clone(), beat, &task, &self.identity, first);
         let outcome = match &resolved.work {
             Work::Backup {
                 job,
                 range,
                 ceiling,
             } => {
-                let limiter = self.jobs.limiter_for(&job.source.table_endpoint);
-                if let Some(n) = self.fleet.live_workers(&store, &resolved.heartbeats).await {
-                    limiter.set_fleet_size(n);
-                }
+                let limiter = self
+                    .limiter_for(&job.source.table_endpoint, &store, &resolved.heartbeats)
+                    .await;
                 let Some(source) =
                     self.jobs
                         .table_client(&self.config.sources, &job.source, Some(&limiter))
@@ -358,9 +363,7 @@ impl Worker {
                     WorkerStats::add(&self.stats.tasks_committed, 1);
                     let metrics = &self.config.metrics;
                     metrics.committed(Kind::Backup, *entities, *stored_bytes);
-                    for _ in 0..*split_off {
-                        metrics.split();
-                    }
+                    metrics.split(*split_off as u64);
                 }
                 // Whoever observes the last commit finalizes the backup. In-process workers
                 // serve one job whose coordinator watches and finalizes it, so they leave
@@ -379,10 +382,9 @@ impl Worker {
                 blob,
                 block,
             } => {
-                let limiter = self.jobs.limiter_for(&job.target.table_endpoint);
-                if let Some(n) = self.fleet.live_workers(&store, &resolved.heartbeats).await {
-                    limiter.set_fleet_size(n);
-                }
+                let limiter = self
+                    .limiter_for(&job.target.table_endpoint, &store, &resolved.heartbeats)
+                    .await;
                 let Some(target) =
                     self.jobs
                         .table_client(&self.config.targets, &job.target, Some(&limiter))

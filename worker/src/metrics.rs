@@ -270,9 +270,9 @@ impl WorkerMetrics {
         self.entities.get_or_create(&KindLabel { kind }).inc_by(n);
     }
 
-    /// A range was split while scanning.
-    pub fn split(&self) {
-        self.splits.inc();
+    /// `n` ranges were split off while scanning.
+    pub fn split(&self, n: u64) {
+        self.splits.inc_by(n);
     }
 
     /// A message's visibility was extended.

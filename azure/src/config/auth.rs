@@ -352,13 +352,7 @@ mod tests {
     }
 
     fn eps(a: &StorageAccount) -> [String; 3] {
-        [Service::Blob, Service::Queue, Service::Table].map(|s| {
-            a.endpoint(s)
-                .unwrap()
-                .as_str()
-                .trim_end_matches('/')
-                .to_string()
-        })
+        [Service::Blob, Service::Queue, Service::Table].map(|s| crate::config::tests::ep(a, s))
     }
 
     #[test]

@@ -9,7 +9,7 @@ fn ok(s: &str) -> StorageAccount {
     StorageAccount::from_connection_string(s).unwrap_or_else(|e| panic!("{s}: {e}"))
 }
 
-fn ep(a: &StorageAccount, s: Service) -> String {
+pub(super) fn ep(a: &StorageAccount, s: Service) -> String {
     a.endpoint(s)
         .unwrap()
         .as_str()

@@ -405,7 +405,7 @@ impl<T: 'static> Engine<T> {
                     .count()
                     .max(1);
                 let growing = live > fleet_seen;
-                let due = if growing || fleet_seen == 0 {
+                let due = if growing {
                     tick.is_multiple_of(GROWING_S)
                 } else {
                     tick.is_multiple_of(LISTING_S)
