@@ -244,9 +244,24 @@ pub async fn enqueue(
     job: &BackupJob,
     state: Option<&JobState>,
 ) -> Result<usize> {
-    let queue = location.task_queue()?;
-    queue.create().await?;
+    create_queues(location).await?;
+    put_tasks(location, job, state).await
+}
+
+/// Creates the job's task and poison queues (if they do not exist).
+async fn create_queues(location: &Location) -> Result<()> {
+    location.task_queue()?.create().await?;
     location.poison_queue()?.create().await?;
+    Ok(())
+}
+
+/// [`enqueue`] on queues that exist.
+async fn put_tasks(
+    location: &Location,
+    job: &BackupJob,
+    state: Option<&JobState>,
+) -> Result<usize> {
+    let queue = location.task_queue()?;
     let mut tasks = Vec::new();
     for t in &job.tables {
         for task in &t.tasks {
@@ -463,9 +478,35 @@ pub async fn run_backup(
     let started = Instant::now();
     let job = plan(req, location).await?;
     tracing::info!(backup_id = %job.backup_id, tasks = job.task_count(), "planned");
-    enqueue(location, &job, None).await?;
+    create_queues(location).await?;
     let planning_seconds = started.elapsed().as_secs_f64();
-    let mut report = watch(location, job, opts).await?;
+    // Workers start on the first tasks while the rest are still being put on the queue:
+    // with hundreds of small tables, enqueueing is a good part of the whole backup.
+    let enqueueing = put_tasks(location, &job, None);
+    let watching = watch(location, job.clone(), opts);
+    tokio::pin!(enqueueing, watching);
+    let mut enqueued = false;
+    let mut report = loop {
+        tokio::select! {
+            // A failed enqueue ends the command (and its in-process workers) at once; the
+            // error says how to carry the job on.
+            result = &mut enqueueing, if !enqueued => {
+                result?;
+                enqueued = true;
+            }
+            report = &mut watching => {
+                let report = report?;
+                // Complete means every planned task was taken from the queue, so the last
+                // puts are landing; wait for them and the enqueued marker. Otherwise
+                // (interrupted, poisoned) stop putting: `status --wait` re-enqueues what
+                // never was, since the marker is missing.
+                if !enqueued && report.status == JobStatus::Complete {
+                    (&mut enqueueing).await?;
+                }
+                break report;
+            }
+        }
+    };
     report.planning_seconds = Some(planning_seconds);
     // Report the whole command's rate, planning included.
     report.timed(started.elapsed().as_secs_f64());

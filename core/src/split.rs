@@ -215,6 +215,12 @@ const DIGITS: usize = 4;
 /// Only used as a probe position, so it need not be a key anyone stored; it is always
 /// legal and always above `lo`.
 pub fn midpoint(lo: &str, hi: Option<&str>) -> String {
+    point_at(lo, hi, 0.5)
+}
+
+/// Like [`midpoint`], but the point a fraction `share` (0 to 1) of the way from `lo` to
+/// `hi`.
+pub fn point_at(lo: &str, hi: Option<&str>, share: f64) -> String {
     let a: Vec<u16> = lo.encode_utf16().collect();
     let b: Vec<u16> = hi.map(|h| h.encode_utf16().collect()).unwrap_or_default();
     let common = match hi {
@@ -242,7 +248,12 @@ pub fn midpoint(lo: &str, hi: Option<&str>) -> String {
     } else {
         base.pow(DIGITS as u32) - 1
     };
-    let mut mid = low + high.saturating_sub(low) / 2;
+    let share = if share.is_finite() {
+        share.clamp(0.0, 1.0)
+    } else {
+        0.5
+    };
+    let mut mid = low + (high.saturating_sub(low) as f64 * share) as u64;
     let mut tail = Vec::with_capacity(DIGITS);
     for _ in 0..DIGITS {
         tail.push(mid % base);
@@ -266,6 +277,50 @@ pub fn midpoint(lo: &str, hi: Option<&str>) -> String {
     } else {
         m
     }
+}
+
+/// Where `key` lies between `lo` (0) and `hi` (1; `None` is the top of the key space),
+/// in the space [`point_at`] cuts in: the bounds' common prefix dropped, then the next
+/// units as digits of the alphabet the bounds' tails use. Keys outside are clamped.
+pub fn fraction(lo: &str, hi: Option<&str>, key: &str) -> f64 {
+    const PLACES: usize = 7; // base^7 stays within an f64's exact integers
+    let a: Vec<u16> = lo.encode_utf16().collect();
+    let b: Vec<u16> = hi.map(|h| h.encode_utf16().collect()).unwrap_or_default();
+    let k: Vec<u16> = key.encode_utf16().collect();
+    let common = match hi {
+        Some(_) => a.iter().zip(&b).take_while(|(x, y)| x == y).count(),
+        None => 0,
+    };
+    if k.len() < common || k[..common] != a[..common] {
+        return if cmp_keys(key, lo).is_le() { 0.0 } else { 1.0 };
+    }
+    let local;
+    let alpha: &[u16] = match hi {
+        Some(_) => {
+            let tail = |v: &[u16]| v[common..].iter().take(PLACES).copied().collect::<Vec<_>>();
+            local = local_alphabet(&[&tail(&a), &tail(&b)]);
+            if local.is_empty() { alphabet() } else { &local }
+        }
+        None => alphabet(),
+    };
+    let base = alpha.len() as f64 + 1.0;
+    let value = |v: &[u16]| -> f64 {
+        (0..PLACES).fold(0.0, |acc, i| {
+            acc * base
+                + v.get(common + i)
+                    .map_or(0.0, |&u| (rank_in(alpha, u) + 1) as f64)
+        })
+    };
+    let low = value(&a);
+    let high = if hi.is_some() {
+        value(&b)
+    } else {
+        base.powi(PLACES as i32) - 1.0
+    };
+    if high <= low {
+        return 1.0;
+    }
+    ((value(&k) - low) / (high - low)).clamp(0.0, 1.0)
 }
 
 /// Adds `amount` units at position `pos` of `s`, read as a number in the dense alphabet's rank
@@ -443,15 +498,20 @@ async fn find_ceiling(
 }
 
 /// Bisects a dimension by value between `lo` and `hi` (both exclusive), returning the
-/// first value found at or above a midpoint. `None` when every probe came back empty.
+/// first value found at or above a point (the first `share` of the way, then midpoints). `None` when every probe came back empty.
 async fn bisect(
     p: &mut Prober<'_>,
     dim: &Dimension<'_>,
     lo: &str,
     mut hi: Option<String>,
+    share: f64,
 ) -> tablevault_azure::Result<Option<String>> {
+    let mut share = share;
     while p.sent < MAX_PROBES {
-        let mid = midpoint(lo, hi.as_deref());
+        // The first probe goes where the caller wants the cut; when nothing lies at or
+        // above it, the keys are lower, and halving finds them.
+        let mid = point_at(lo, hi.as_deref(), share);
+        share = 0.5;
         if hi
             .as_deref()
             .is_some_and(|h| cmp_keys(&mid, h) != Ordering::Less)
@@ -464,6 +524,38 @@ async fn bisect(
         }
     }
     Ok(None)
+}
+
+/// What an attempt has read of its range so far: the first key, and how many entities.
+#[derive(Debug, Clone, Copy)]
+pub struct ReadSoFar<'a> {
+    /// The first key read.
+    pub first: &'a EntityKey,
+    /// Entities read.
+    pub entities: u64,
+}
+
+/// A remainder estimated at fewer entities than this is not split: a couple of pages
+/// read by another worker save less than a task costs, and tiny tasks unbalance the
+/// backup's work.
+pub const MIN_SPLIT_ENTITIES: u64 = 2_000;
+
+/// The least share of the remainder a splitting task keeps.
+const MIN_SHARE: f64 = 0.2;
+
+/// Where in the remainder to cut so that the task that read `read` entities over
+/// `read_span` of the key space and the new task end with about as many entities each,
+/// if keys are as dense in the `rest_span` that remains. A half when the density is
+/// unknown; `None` when the remainder is estimated too small to split.
+fn balanced_share(read: Option<u64>, read_span: f64, rest_span: f64) -> Option<f64> {
+    let Some(read) = read.filter(|_| read_span > 0.0 && rest_span.is_finite()) else {
+        return Some(0.5);
+    };
+    let rest = read as f64 * rest_span / read_span;
+    if rest < MIN_SPLIT_ENTITIES as f64 {
+        return None;
+    }
+    Some((0.5 - read as f64 / (2.0 * rest)).clamp(MIN_SHARE, 0.5))
 }
 
 /// A cut found by [`find_split`].
@@ -479,14 +571,16 @@ pub struct Split {
 }
 
 /// Finds where to cut the unread part of a range that has been read up to `after`
-/// (included) and ends at `end` (excluded), roughly in the middle by key value.
-/// `ceiling` is a position no key was seen to reach, if known. `None` when the remainder
-/// holds no key to cut at.
+/// (included) and ends at `end` (excluded), by key value: in the middle, or, when `read`
+/// says how densely the keys read so far lie, where both tasks end with about as many
+/// entities. `ceiling` is a position no key was seen to reach, if known. `None` when
+/// the remainder holds no key to cut at, or is estimated under [`MIN_SPLIT_ENTITIES`].
 pub async fn find_split(
     probe: &dyn KeyProbe,
     after: &EntityKey,
     end: Option<&EntityKey>,
     ceiling: Option<&EntityKey>,
+    read: Option<ReadSoFar<'_>>,
 ) -> tablevault_azure::Result<Option<Split>> {
     let mut p = Prober { probe, sent: 0 };
     let mut learned = ceiling.cloned();
@@ -511,7 +605,18 @@ pub async fn find_split(
                     found
                 }
             };
-            let pk = bisect(&mut p, &across, &next.pk, hi)
+            // Partitions read so far span [first, next); the rest, [next, hi).
+            let share = match read.filter(|r| r.first.pk != next.pk) {
+                Some(r) => {
+                    let at = fraction(&r.first.pk, hi.as_deref(), &next.pk);
+                    balanced_share(Some(r.entities), at, 1.0 - at)
+                }
+                None => Some(0.5),
+            };
+            let Some(share) = share else {
+                return Ok(None);
+            };
+            let pk = bisect(&mut p, &across, &next.pk, hi, share)
                 .await?
                 .unwrap_or(next.pk);
             EntityKey::partition_start(pk)
@@ -547,7 +652,18 @@ pub async fn find_split(
                     found
                 }
             };
-            match bisect(&mut p, &inside, &after.rk, hi).await? {
+            // Inside one partition, the density is known if the read began in it.
+            let share = match read.filter(|r| r.first.pk == after.pk) {
+                Some(r) => {
+                    let at = fraction(&r.first.rk, hi.as_deref(), &after.rk);
+                    balanced_share(Some(r.entities), at, 1.0 - at)
+                }
+                None => Some(0.5),
+            };
+            let Some(share) = share else {
+                return Ok(None);
+            };
+            match bisect(&mut p, &inside, &after.rk, hi, share).await? {
                 Some(rk) => EntityKey::new(&after.pk, rk),
                 None => return Ok(None),
             }
@@ -597,7 +713,7 @@ mod tests {
     /// Splits after key `i` and returns the share of the remainder given away.
     fn share_given_away(t: &Sorted, i: usize, end: Option<&EntityKey>) -> (f64, Split) {
         let after = &t.0[i];
-        let split = run(find_split(t, after, end, None))
+        let split = run(find_split(t, after, end, None, None))
             .unwrap()
             .expect("a split");
         assert!(split.at > *after, "{:?} after {after:?}", split.at);
@@ -629,7 +745,7 @@ mod tests {
                 "an unbounded split learns a ceiling"
             );
             // With the ceiling known, the next split of the upper part needs fewer probes.
-            let again = run(find_split(&t, &t.0[i], None, split.ceiling.as_ref()))
+            let again = run(find_split(&t, &t.0[i], None, split.ceiling.as_ref(), None))
                 .unwrap()
                 .unwrap();
             assert!(
@@ -673,9 +789,15 @@ mod tests {
         );
         // The upper part's task cuts again with the ceiling it inherits, fewer probes.
         let at = t.0.iter().position(|k| *k >= split.at).unwrap();
-        let again = run(find_split(&t, &t.0[at + 999], None, split.ceiling.as_ref()))
-            .unwrap()
-            .unwrap();
+        let again = run(find_split(
+            &t,
+            &t.0[at + 999],
+            None,
+            split.ceiling.as_ref(),
+            None,
+        ))
+        .unwrap()
+        .unwrap();
         assert!(
             again.probes < split.probes,
             "{} < {}",
@@ -691,13 +813,120 @@ mod tests {
         assert!((0.2..=0.8).contains(&share), "{share}");
     }
 
+    /// Reads `t` from key `from` through key `i`, splits with what was read, and returns
+    /// (entities this task ends with, entities given away), or `None` for no split.
+    fn balanced(
+        t: &Sorted,
+        from: usize,
+        i: usize,
+        end: Option<&EntityKey>,
+    ) -> Option<(usize, usize)> {
+        let read = ReadSoFar {
+            first: &t.0[from],
+            entities: (i + 1 - from) as u64,
+        };
+        let split = run(find_split(t, &t.0[i], end, None, Some(read))).unwrap()?;
+        let upto = |k: &EntityKey| end.is_none_or(|e| k < e);
+        let kept = t.0[from..].iter().filter(|k| **k < split.at).count();
+        let given = t.0.iter().filter(|k| **k >= split.at && upto(k)).count();
+        Some((kept, given))
+    }
+
+    #[test]
+    fn a_task_that_has_read_much_keeps_less_of_the_rest() {
+        let guid_table = Sorted::new((0..20_000).map(|i| EntityKey::new(guid(i), "r")).collect());
+        let sequential = Sorted::new(
+            (0..20_000u64)
+                .map(|i| {
+                    EntityKey::new(format!("customer-{:05}", i / 500), format!("order-{i:010}"))
+                })
+                .collect(),
+        );
+        let giant = Sorted::new(
+            (0..20_000u64)
+                .map(|i| EntityKey::new("tenant", format!("{i:08}")))
+                .collect(),
+        );
+        let guid_rows = Sorted::new((0..20_000).map(|i| EntityKey::new("p", guid(i))).collect());
+        for (name, t) in [
+            ("guid", &guid_table),
+            ("sequential", &sequential),
+            ("giant", &giant),
+            ("guid rows", &guid_rows),
+        ] {
+            // Early, midway, and after half of a range: both tasks end with about as
+            // many entities, where halving the rest would leave the reader up to twice
+            // as many. (Having read half, the reader still keeps a fifth of the rest.)
+            for (from, i) in [(0, 999), (0, 4_999), (10_000, 12_999), (0, 9_999)] {
+                let (kept, given) = balanced(t, from, i, None).expect("a split");
+                let ratio = kept as f64 / given as f64;
+                assert!(
+                    (0.6..=1.75).contains(&ratio),
+                    "{name}: read {from}..={i}: kept {kept}, gave {given}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn a_small_remainder_is_not_split() {
+        let t = Sorted::new((0..20_000).map(|i| EntityKey::new(guid(i), "r")).collect());
+        assert_eq!(balanced(&t, 0, 19_000, None), None, "about 1,000 left");
+        let end = t.0[6_000].clone();
+        assert_eq!(
+            balanced(&t, 5_000, 5_500, Some(&end)),
+            None,
+            "about 500 left"
+        );
+        // Without knowing what was read, it still splits (and so it did before).
+        assert!(
+            run(find_split(&t, &t.0[19_000], None, None, None))
+                .unwrap()
+                .is_some()
+        );
+        let giant = Sorted::new(
+            (0..20_000u64)
+                .map(|i| EntityKey::new("t", format!("{i:08}")))
+                .collect(),
+        );
+        assert_eq!(balanced(&giant, 0, 18_999, None), None);
+        assert!(
+            balanced(&giant, 0, 14_999, None).is_some(),
+            "5,000 left is split"
+        );
+    }
+
+    #[test]
+    fn fractions_order_keys_between_their_bounds() {
+        assert_eq!(fraction("a", Some("c"), "b"), 0.5);
+        assert_eq!(fraction("a", Some("c"), "0"), 0.0);
+        assert_eq!(fraction("a", Some("c"), "d"), 1.0);
+        let f = fraction("customer-00000", Some("customer-00040"), "customer-00010");
+        assert!((0.2..0.3).contains(&f), "{f}");
+        for (lo, hi) in [
+            ("0000", Some("ffff")),
+            ("a", None),
+            ("customer-1", Some("customer-9")),
+        ] {
+            let m = midpoint(lo, hi);
+            let f = fraction(lo, hi, &m);
+            assert!((0.45..=0.55).contains(&f), "{lo} {hi:?} {m}: {f}");
+            let q = point_at(lo, hi, 0.25);
+            let g = fraction(lo, hi, &q);
+            assert!((0.2..=0.3).contains(&g), "{lo} {hi:?} {q}: {g}");
+        }
+    }
+
     #[test]
     fn nothing_left_means_no_split() {
         let t = Sorted::new(vec![EntityKey::new("a", "1"), EntityKey::new("a", "2")]);
-        assert_eq!(run(find_split(&t, &t.0[1], None, None)).unwrap(), None);
+        assert_eq!(
+            run(find_split(&t, &t.0[1], None, None, None)).unwrap(),
+            None
+        );
         let end = EntityKey::new("a", "2");
         assert_eq!(
-            run(find_split(&t, &t.0[0], Some(&end), None)).unwrap(),
+            run(find_split(&t, &t.0[0], Some(&end), None, None)).unwrap(),
             None
         );
     }
@@ -772,18 +1001,23 @@ mod tests {
             pick in 0usize..1000,
             end_pick in prop::option::of(0usize..1000),
             ceiling in prop::option::of((key(), key())),
+            read in prop::option::of((0usize..1000, 0u64..100_000)),
         ) {
             let t = Sorted::new(keys.into_iter().map(|(p, r)| EntityKey::new(p, r)).collect());
             let after = t.0[pick % t.0.len()].clone();
             let end = end_pick.map(|e| t.0[e % t.0.len()].clone()).filter(|e| *e > after);
             // Any ceiling, even a wrong one: it may cost balance, never correctness.
             let ceiling = ceiling.map(|(p, r)| EntityKey::new(p, r));
-            let split = run(find_split(&t, &after, end.as_ref(), ceiling.as_ref())).unwrap();
+            // What was read, even nonsense (a first key after the last): only balance
+            // depends on it.
+            let first = read.map(|(f, _)| t.0[f % t.0.len()].clone());
+            let read = first.as_ref().zip(read).map(|(first, (_, entities))| ReadSoFar { first, entities });
+            let split = run(find_split(&t, &after, end.as_ref(), ceiling.as_ref(), read)).unwrap();
             let remainder: Vec<&EntityKey> = t.0.iter()
                 .filter(|k| **k > after && end.as_ref().is_none_or(|e| *k < e))
                 .collect();
             match split {
-                None => prop_assert!(remainder.len() <= 1 || remainder.iter().all(|k| k.pk == after.pk) || remainder.iter().all(|k| k.pk != after.pk),
+                None => prop_assert!(read.is_some() || remainder.len() <= 1 || remainder.iter().all(|k| k.pk == after.pk) || remainder.iter().all(|k| k.pk != after.pk),
                     "no cut although {} keys remain", remainder.len()),
                 Some(s) => {
                     prop_assert!(s.at > after);

@@ -156,6 +156,7 @@ pub struct MemoryBlobs {
     blobs: Mutex<BTreeMap<String, StoredBlob>>,
     staged: Mutex<HashMap<(String, String), Bytes>>,
     recorder: Recorder,
+    scope: Option<String>,
 }
 
 impl MemoryBlobs {
@@ -171,6 +172,13 @@ impl MemoryBlobs {
     /// before or after applying it.
     pub fn fail(&self, op: Op, path: &str, strike: Strike, error: Error) {
         self.recorder.fail(op, path, strike, error);
+    }
+
+    /// Lets the store remember the records it creates here, under `scope` (unique per
+    /// test: the memory is the process's).
+    pub fn with_scope(mut self, scope: &str) -> Self {
+        self.scope = Some(scope.to_string());
+        self
     }
 
     /// A blob's bytes, if it exists.
@@ -239,6 +247,10 @@ fn then<T>(result: Result<T>, after: Option<Error>) -> Result<T> {
 impl BlobStorage for MemoryBlobs {
     fn container(&self) -> &str {
         &self.container
+    }
+
+    fn scope(&self) -> Option<String> {
+        self.scope.clone()
     }
 
     async fn create_container(&self) -> Result<bool> {

@@ -149,6 +149,15 @@ impl BlobClient {
         &self.container
     }
 
+    /// The container's URL (no credentials).
+    pub fn container_url(&self) -> String {
+        format!(
+            "{}/{}",
+            self.svc.endpoint().as_str().trim_end_matches('/'),
+            self.container
+        )
+    }
+
     fn blob_path(&self, op: &'static str, blob: &str) -> Result<String> {
         if blob.is_empty()
             || blob.len() > 1024

@@ -7,6 +7,7 @@ mod paths;
 mod reader;
 mod storage;
 mod writer;
+mod written;
 
 use std::sync::Arc;
 
@@ -100,9 +101,7 @@ impl Store {
         let Some(bytes) = self.blobs.get(path).await? else {
             return Ok(None);
         };
-        serde_json::from_slice(&bytes)
-            .map(Some)
-            .map_err(|e| StoreError::Corrupt(format!("{path} is unreadable: {e}")))
+        parse(path, &bytes).map(Some)
     }
 
     /// Writes a JSON record only if none exists (`If-None-Match: *`), with blob metadata.
@@ -125,7 +124,12 @@ impl Store {
         };
         let body = json(value);
         let err = match self.blobs.put_blob(path, body.clone(), &options).await {
-            Ok(_) => return Ok(CreateOutcome::Created),
+            Ok(etag) => {
+                if let Some(scope) = self.blobs.scope() {
+                    written::remember(&scope, path, &etag, body);
+                }
+                return Ok(CreateOutcome::Created);
+            }
             Err(e) if e.is_safe_to_resend() => return Err(e.into()),
             Err(e) => e,
         };
@@ -248,15 +252,25 @@ impl Store {
         prefix: &str,
         known: impl Fn(&RecordKey) -> bool,
     ) -> Result<Vec<(RecordKey, T)>> {
-        let new: Vec<(RecordKey, String)> = self
-            .list_names(prefix)
+        let new: Vec<(RecordKey, String, String)> = self
+            .blobs
+            .list(prefix, None)
             .await?
+            .blobs
             .into_iter()
-            .filter_map(|name| parse_record_name(&name, prefix).map(|k| (k, name)))
-            .filter(|(k, _)| !known(k))
+            .filter_map(|b| parse_record_name(&b.name, prefix).map(|k| (k, b.name, b.etag)))
+            .filter(|(k, _, _)| !known(k))
             .collect();
+        let scope = &self.blobs.scope();
         let loaded: Vec<Result<Option<(RecordKey, T)>>> = futures::stream::iter(new)
-            .map(|(key, name)| async move {
+            .map(|(key, name, etag)| async move {
+                // A record this process wrote (an in-process worker's) and still the same.
+                if let Some(bytes) = scope
+                    .as_deref()
+                    .and_then(|s| written::recall(s, &name, &etag))
+                {
+                    return parse::<T>(&name, &bytes).map(|r| Some((key, r)));
+                }
                 // `None`: deleted since the listing (a retried poison record).
                 Ok(self.read::<T>(&name).await?.map(|r| (key, r)))
             })
@@ -334,6 +348,12 @@ impl Store {
     }
 }
 
+/// A JSON record read from `path`.
+fn parse<T: DeserializeOwned>(path: &str, bytes: &[u8]) -> Result<T> {
+    serde_json::from_slice(bytes)
+        .map_err(|e| StoreError::Corrupt(format!("{path} is unreadable: {e}")))
+}
+
 fn json<T: Serialize>(value: &T) -> Bytes {
     Bytes::from(serde_json::to_vec_pretty(value).expect("records serialize"))
 }
@@ -370,6 +390,38 @@ mod tests {
             store.create("s", &"mine", Vec::new()).await.unwrap(),
             CreateOutcome::Created
         );
+    }
+
+    #[tokio::test]
+    async fn records_this_process_created_are_listed_without_reads_until_rewritten() {
+        let blobs = Arc::new(MemoryBlobs::new("c").with_scope("memory://listed-records"));
+        let store = Store::new(blobs.clone());
+        for task in ["r0", "r1", "r2"] {
+            store
+                .create(&format!("j/tasks/T/{task}.json"), &task, Vec::new())
+                .await
+                .unwrap();
+        }
+        // Another writer's record, and one of ours rewritten behind our back.
+        blobs.tamper("j/tasks/T/r3.json", json(&"theirs"));
+        blobs.tamper("j/tasks/T/r1.json", json(&"changed"));
+        let mut loaded: Vec<(RecordKey, String)> =
+            store.load_new_records("j/tasks/", |_| false).await.unwrap();
+        loaded.sort();
+        let values: Vec<&str> = loaded.iter().map(|(_, v)| v.as_str()).collect();
+        assert_eq!(values, ["r0", "changed", "r2", "theirs"]);
+        assert_eq!(blobs.calls(Op::Get), 2, "only r1 and r3 are read");
+        // Without a scope, everything is read.
+        let (plain, store) = self::store();
+        store
+            .create("j/tasks/T/r0.json", &"r0", Vec::new())
+            .await
+            .unwrap();
+        store
+            .load_new_records::<String>("j/tasks/", |_| false)
+            .await
+            .unwrap();
+        assert_eq!(plain.calls(Op::Get), 1);
     }
 
     #[tokio::test]

@@ -14,6 +14,13 @@ pub trait BlobStorage: Send + Sync {
     /// The container's name.
     fn container(&self) -> &str;
 
+    /// Where these blobs live (a container's URL), for remembering the records this
+    /// process created so that listing them back needs no read ([`super::Store`]);
+    /// `None` never remembers.
+    fn scope(&self) -> Option<String> {
+        None
+    }
+
     /// Creates the container; `false` if it already existed.
     async fn create_container(&self) -> Result<bool>;
 
@@ -57,6 +64,10 @@ pub trait BlobStorage: Send + Sync {
 impl BlobStorage for BlobClient {
     fn container(&self) -> &str {
         BlobClient::container(self)
+    }
+
+    fn scope(&self) -> Option<String> {
+        Some(self.container_url())
     }
 
     async fn create_container(&self) -> Result<bool> {

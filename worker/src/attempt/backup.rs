@@ -23,7 +23,7 @@ use tablevault_core::protocol::{
     split_task_id,
 };
 use tablevault_core::queue::TaskQueue;
-use tablevault_core::split::{TableProbe, find_split};
+use tablevault_core::split::{ReadSoFar, TableProbe, find_split};
 use tablevault_core::stats::WorkerStats;
 use tablevault_core::store::{BackupPaths, BlockWriter, CreateOutcome, Store, StoreError};
 use tokio::sync::mpsc;
@@ -179,6 +179,7 @@ impl BackupAttempt<'_> {
         splitting: &Splitting<'_>,
         after: &EntityKey,
         end: Option<&EntityKey>,
+        read: ReadSoFar<'_>,
     ) -> Option<PlannedTask> {
         if splitting.queue.has_waiting().await.unwrap_or(true) {
             return None;
@@ -187,7 +188,7 @@ impl BackupAttempt<'_> {
             client: self.source,
             table: self.table,
         };
-        let split = match find_split(&probe, after, end, splitting.ceiling).await {
+        let split = match find_split(&probe, after, end, splitting.ceiling, Some(read)).await {
             Ok(Some(s)) => s,
             Ok(None) => return None,
             Err(e) => {
@@ -277,6 +278,8 @@ impl BackupAttempt<'_> {
         });
         let result = async {
             let mut previous: Option<EntityKey> = None;
+            let mut first: Option<EntityKey> = None;
+            let mut read = 0u64;
             let mut end = self.range.end.clone();
             let mut split_off = Vec::new();
             let mut last_look: Option<Instant> = None;
@@ -305,6 +308,9 @@ impl BackupAttempt<'_> {
                             self.range
                         )));
                     }
+                    if first.is_none() {
+                        first = Some(key.clone());
+                    }
                     previous = Some(key);
                     if let Some(block) = packer.push(entity) {
                         WorkerStats::add(&self.stats.stored_bytes, block.data.len() as u64);
@@ -312,16 +318,24 @@ impl BackupAttempt<'_> {
                     }
                 }
                 WorkerStats::add(&self.stats.entities, count);
+                read += count;
                 self.check_stop()?;
                 // A full page with more to come: worth offering half of the rest to
                 // idle workers, at most every SPLIT_CHECK_INTERVAL.
-                if let (Some(splitting), Some(after), true) = (&self.splitting, &previous, full)
+                if let (Some(splitting), Some(after), Some(first), true) =
+                    (&self.splitting, &previous, &first, full)
                     && last_look.is_none_or(|t| t.elapsed() >= SPLIT_CHECK_INTERVAL)
                 {
                     last_look = Some(Instant::now());
-                    if let Some(task) = self.try_split(splitting, after, end.as_ref()).await {
+                    let so_far = ReadSoFar {
+                        first,
+                        entities: read,
+                    };
+                    if let Some(task) = self.try_split(splitting, after, end.as_ref(), so_far).await {
                         end = task.range.start.clone();
                         split_off.push(task);
+                        // More workers may be idle: look again after the next page.
+                        last_look = None;
                     }
                 }
             }
