@@ -547,7 +547,7 @@ const MIN_SHARE: f64 = 0.2;
 /// `read_span` of the key space and the new task end with about as many entities each,
 /// if keys are as dense in the `rest_span` that remains. A half when the density is
 /// unknown; `None` when the remainder is estimated too small to split.
-fn balanced_share(read: Option<u64>, read_span: f64, rest_span: f64) -> Option<f64> {
+pub fn balanced_share(read: Option<u64>, read_span: f64, rest_span: f64) -> Option<f64> {
     let Some(read) = read.filter(|_| read_span > 0.0 && rest_span.is_finite()) else {
         return Some(0.5);
     };
@@ -573,14 +573,19 @@ pub struct Split {
 /// Finds where to cut the unread part of a range that has been read up to `after`
 /// (included) and ends at `end` (excluded), by key value: in the middle, or, when `read`
 /// says how densely the keys read so far lie, where both tasks end with about as many
-/// entities. `ceiling` is a position no key was seen to reach, if known. `None` when
-/// the remainder holds no key to cut at, or is estimated under [`MIN_SPLIT_ENTITIES`].
+/// entities. `ceiling` is a position no key was seen to reach, if known. A remainder
+/// inside one partition is cut by RowKey only `within_partition`: where the service
+/// serves a partition at a fixed rate (Azure's ~2,000 entities/s), two readers of one
+/// partition are no faster than one, only throttled. `None` when the remainder holds no
+/// key to cut at (or only inside a partition that may not be cut), or is estimated
+/// under [`MIN_SPLIT_ENTITIES`].
 pub async fn find_split(
     probe: &dyn KeyProbe,
     after: &EntityKey,
     end: Option<&EntityKey>,
     ceiling: Option<&EntityKey>,
     read: Option<ReadSoFar<'_>>,
+    within_partition: bool,
 ) -> tablevault_azure::Result<Option<Split>> {
     let mut p = Prober { probe, sent: 0 };
     let mut learned = ceiling.cloned();
@@ -621,6 +626,7 @@ pub async fn find_split(
                 .unwrap_or(next.pk);
             EntityKey::partition_start(pk)
         }
+        None if !within_partition => return Ok(None),
         None => {
             // Only the rest of the current partition is left (and, at most, the head of
             // the end's, which stays with this task).
@@ -713,7 +719,7 @@ mod tests {
     /// Splits after key `i` and returns the share of the remainder given away.
     fn share_given_away(t: &Sorted, i: usize, end: Option<&EntityKey>) -> (f64, Split) {
         let after = &t.0[i];
-        let split = run(find_split(t, after, end, None, None))
+        let split = run(find_split(t, after, end, None, None, true))
             .unwrap()
             .expect("a split");
         assert!(split.at > *after, "{:?} after {after:?}", split.at);
@@ -745,9 +751,16 @@ mod tests {
                 "an unbounded split learns a ceiling"
             );
             // With the ceiling known, the next split of the upper part needs fewer probes.
-            let again = run(find_split(&t, &t.0[i], None, split.ceiling.as_ref(), None))
-                .unwrap()
-                .unwrap();
+            let again = run(find_split(
+                &t,
+                &t.0[i],
+                None,
+                split.ceiling.as_ref(),
+                None,
+                true,
+            ))
+            .unwrap()
+            .unwrap();
             assert!(
                 again.probes < split.probes,
                 "{} < {}",
@@ -795,6 +808,7 @@ mod tests {
             None,
             split.ceiling.as_ref(),
             None,
+            true,
         ))
         .unwrap()
         .unwrap();
@@ -825,7 +839,7 @@ mod tests {
             first: &t.0[from],
             entities: (i + 1 - from) as u64,
         };
-        let split = run(find_split(t, &t.0[i], end, None, Some(read))).unwrap()?;
+        let split = run(find_split(t, &t.0[i], end, None, Some(read), true)).unwrap()?;
         let upto = |k: &EntityKey| end.is_none_or(|e| k < e);
         let kept = t.0[from..].iter().filter(|k| **k < split.at).count();
         let given = t.0.iter().filter(|k| **k >= split.at && upto(k)).count();
@@ -880,7 +894,7 @@ mod tests {
         );
         // Without knowing what was read, it still splits (and so it did before).
         assert!(
-            run(find_split(&t, &t.0[19_000], None, None, None))
+            run(find_split(&t, &t.0[19_000], None, None, None, true))
                 .unwrap()
                 .is_some()
         );
@@ -918,15 +932,39 @@ mod tests {
     }
 
     #[test]
+    fn a_partition_is_cut_inside_only_when_allowed() {
+        let giant = Sorted::new(
+            (0..20_000u64)
+                .map(|i| EntityKey::new("tenant", format!("{i:08}")))
+                .collect(),
+        );
+        let split = |t: &Sorted, i: usize, rows: bool| {
+            run(find_split(t, &t.0[i], None, None, None, rows)).unwrap()
+        };
+        assert_eq!(split(&giant, 999, false), None);
+        assert_eq!(split(&giant, 999, true).unwrap().at.pk, "tenant");
+        // With later partitions, the cut is between partitions either way.
+        let sequential = Sorted::new(
+            (0..20_000u64)
+                .map(|i| EntityKey::new(format!("customer-{:05}", i / 500), format!("{i:08}")))
+                .collect(),
+        );
+        let at = split(&sequential, 999, false).unwrap().at;
+        assert!(at.rk.is_empty() && at.pk > sequential.0[999].pk, "{at:?}");
+        // In the last partition, not any more.
+        assert_eq!(split(&sequential, 19_600, false), None);
+    }
+
+    #[test]
     fn nothing_left_means_no_split() {
         let t = Sorted::new(vec![EntityKey::new("a", "1"), EntityKey::new("a", "2")]);
         assert_eq!(
-            run(find_split(&t, &t.0[1], None, None, None)).unwrap(),
+            run(find_split(&t, &t.0[1], None, None, None, true)).unwrap(),
             None
         );
         let end = EntityKey::new("a", "2");
         assert_eq!(
-            run(find_split(&t, &t.0[0], Some(&end), None, None)).unwrap(),
+            run(find_split(&t, &t.0[0], Some(&end), None, None, true)).unwrap(),
             None
         );
     }
@@ -1002,6 +1040,7 @@ mod tests {
             end_pick in prop::option::of(0usize..1000),
             ceiling in prop::option::of((key(), key())),
             read in prop::option::of((0usize..1000, 0u64..100_000)),
+            rows in any::<bool>(),
         ) {
             let t = Sorted::new(keys.into_iter().map(|(p, r)| EntityKey::new(p, r)).collect());
             let after = t.0[pick % t.0.len()].clone();
@@ -1012,7 +1051,7 @@ mod tests {
             // depends on it.
             let first = read.map(|(f, _)| t.0[f % t.0.len()].clone());
             let read = first.as_ref().zip(read).map(|(first, (_, entities))| ReadSoFar { first, entities });
-            let split = run(find_split(&t, &after, end.as_ref(), ceiling.as_ref(), read)).unwrap();
+            let split = run(find_split(&t, &after, end.as_ref(), ceiling.as_ref(), read, rows)).unwrap();
             let remainder: Vec<&EntityKey> = t.0.iter()
                 .filter(|k| **k > after && end.as_ref().is_none_or(|e| *k < e))
                 .collect();
@@ -1020,6 +1059,7 @@ mod tests {
                 None => prop_assert!(read.is_some() || remainder.len() <= 1 || remainder.iter().all(|k| k.pk == after.pk) || remainder.iter().all(|k| k.pk != after.pk),
                     "no cut although {} keys remain", remainder.len()),
                 Some(s) => {
+                    prop_assert!(rows || s.at.pk != after.pk, "cut inside the partition");
                     prop_assert!(s.at > after);
                     prop_assert!(end.as_ref().is_none_or(|e| s.at < *e));
                     prop_assert!(remainder.iter().any(|k| **k >= s.at), "the upper part holds a key");

@@ -19,6 +19,7 @@ use tracing::Instrument;
 
 use crate::attempt::backup::{BackupAttempt, BackupOutcome, Splitting};
 use crate::attempt::restore::{RestoreAttempt, RestoreOutcome};
+use crate::fleet::{FleetShare, IDLE_METADATA};
 use crate::lease::Lease;
 use crate::limiter::AdaptiveLimit;
 use crate::metrics::Kind;
@@ -142,18 +143,25 @@ impl Worker {
     }
 
     /// The limiter of a Table endpoint, held to this worker's share of the account by
-    /// the live workers of the job whose heartbeats are under `heartbeats`.
+    /// the live workers of the job whose heartbeats are under `heartbeats`, now and
+    /// while the returned guard lives.
     async fn limiter_for(
         &self,
         endpoint: &str,
         store: &Store,
         heartbeats: &str,
-    ) -> Arc<AdaptiveLimit> {
+    ) -> (Arc<AdaptiveLimit>, FleetShare) {
         let limiter = self.jobs.limiter_for(endpoint);
         if let Some(n) = self.fleet.live_workers(store, heartbeats).await {
             limiter.set_fleet_size(n);
         }
-        limiter
+        let following = FleetShare::follow(
+            self.fleet.clone(),
+            store.clone(),
+            heartbeats.to_string(),
+            limiter.clone(),
+        );
+        (limiter, following)
     }
 
     /// Reads what the task refers to; `None` if its job no longer exists.
@@ -315,15 +323,16 @@ impl Worker {
             return;
         }
         let beat = format!("{}{}", resolved.heartbeats, blob_safe(&self.identity));
-        let first = self.first_beat(format!("{}/{beat}", store.container()));
-        let heartbeat = Heartbeat::start(store.clone(), beat, &task, &self.identity, first);
+        let working = format!("{}/{beat}", store.container());
+        let first = self.task_started(&working);
+        let heartbeat = Heartbeat::start(store.clone(), beat.clone(), &task, &self.identity, first);
         let outcome = match &resolved.work {
             Work::Backup {
                 job,
                 range,
                 ceiling,
             } => {
-                let limiter = self
+                let (limiter, _following) = self
                     .limiter_for(&job.source.table_endpoint, &store, &resolved.heartbeats)
                     .await;
                 let Some(source) =
@@ -382,7 +391,7 @@ impl Worker {
                 blob,
                 block,
             } => {
-                let limiter = self
+                let (limiter, _following) = self
                     .limiter_for(&job.target.table_endpoint, &store, &resolved.heartbeats)
                     .await;
                 let Some(target) =
@@ -422,6 +431,11 @@ impl Worker {
         };
         heartbeat.stop();
         settler.settle(lease, outcome, &message, poison).await;
+        if self.task_ended(&working) {
+            // The other workers' next listing stops counting this one, so they take
+            // its share of the account (see `fleet`).
+            Heartbeat::idle(&store, &beat, &self.identity).await;
+        }
     }
 }
 
@@ -469,6 +483,20 @@ impl Heartbeat {
 
     fn stop(self) {
         self.0.abort();
+    }
+
+    /// Says this worker has no task of the job in flight any more. (Should another task
+    /// start meanwhile, its first beat or its next one says otherwise.)
+    async fn idle(store: &Store, path: &str, worker: &str) {
+        let beat = serde_json::json!({
+            "worker": worker,
+            "idle": true,
+            "at": tablevault_core::protocol::now_rfc3339(),
+        });
+        let metadata = vec![(IDLE_METADATA.to_string(), "1".to_string())];
+        if let Err(e) = store.overwrite_with(path, &beat, metadata).await {
+            tracing::debug!(error = %e, "could not write an idle heartbeat");
+        }
     }
 }
 

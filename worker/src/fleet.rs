@@ -1,26 +1,34 @@
 //! How many workers are working on a job, told by their heartbeats. Each worker writes
-//! its heartbeat blob under the job when it starts its first task of the job, then
-//! rewrites it every `HEARTBEAT_PERIOD` while it runs one. A heartbeat that appeared or
-//! whose ETag changed within [`LIVE_WINDOW`] belongs to a live worker. The count sets
-//! each worker's share of the account's rate (see
-//! [`crate::limiter::AdaptiveLimit::set_fleet_size`]).
+//! its heartbeat blob under the job when it starts a task of the job with none other in
+//! flight, rewrites it every `HEARTBEAT_PERIOD` while it runs one, and marks it idle
+//! (blob metadata [`IDLE_METADATA`], seen in listings) when its last task of the job
+//! ends. A heartbeat not marked idle that appeared or whose ETag changed within
+//! [`LIVE_WINDOW`] belongs to a live worker. The count sets each worker's share of the
+//! account's rate (see [`crate::limiter::AdaptiveLimit::set_fleet_size`]), so the
+//! workers still busy at the end of a job take the share of those that ran out of work.
 //!
-//! Listings: every [`GROWING_PERIOD`] while new heartbeats keep appearing (a fleet
-//! starting together learns its size within seconds), else every [`LISTING_PERIOD`].
+//! Listings: every [`GROWING_PERIOD`] while heartbeats keep appearing or turning idle or
+//! busy (a fleet starting together learns its size within seconds, and one running out
+//! of work as fast), else every [`LISTING_PERIOD`].
 //! 64 workers in the steady state cost about three List Blobs a second, against the
 //! thousands of requests they send.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tablevault_core::store::Store;
 use tokio::time::Instant;
 
+use crate::limiter::AdaptiveLimit;
+
 /// Least time between two listings of one job's heartbeats once the fleet is stable.
 pub const LISTING_PERIOD: Duration = Duration::from_secs(25);
 
-/// Least time between two listings while the last one found new heartbeats.
+/// Metadata that marks a heartbeat idle: its worker has no task of the job in flight.
+pub const IDLE_METADATA: &str = "tvidle";
+
+/// Least time between two listings while the last one found the fleet changing.
 pub const GROWING_PERIOD: Duration = Duration::from_secs(3);
 
 /// A heartbeat seen to change within this long is a live worker's: a heartbeat period
@@ -30,8 +38,9 @@ pub const LIVE_WINDOW: Duration = Duration::from_secs(60);
 /// What the listings of one job's heartbeats saw.
 struct Seen {
     at: Instant,
-    /// Per heartbeat: its ETag and when it was last seen to change (or appear).
-    beats: HashMap<String, (String, Instant)>,
+    /// Per heartbeat: its ETag, when it was last seen to change (or appear), and
+    /// whether it is marked idle.
+    beats: HashMap<String, (String, Instant, bool)>,
     live: usize,
     growing: bool,
 }
@@ -76,21 +85,24 @@ impl FleetWatch {
         let now = Instant::now();
         let mut growing = false;
         for blob in page.blobs {
+            let is_idle = blob.metadata.get(IDLE_METADATA).is_some_and(|v| v == "1");
             match beats.get_mut(&blob.name) {
-                Some((etag, changed)) if *etag != blob.etag => {
+                Some((etag, changed, idle)) if *etag != blob.etag => {
+                    growing |= *idle != is_idle;
                     *etag = blob.etag;
                     *changed = now;
+                    *idle = is_idle;
                 }
                 Some(_) => {}
                 None => {
                     growing = true;
-                    beats.insert(blob.name, (blob.etag, now));
+                    beats.insert(blob.name, (blob.etag, now, is_idle));
                 }
             }
         }
         let live = beats
             .values()
-            .filter(|(_, changed)| now.duration_since(*changed) < LIVE_WINDOW)
+            .filter(|(_, changed, idle)| !idle && now.duration_since(*changed) < LIVE_WINDOW)
             .count()
             .max(1);
         self.jobs.lock().expect("fleet lock").insert(
@@ -103,6 +115,36 @@ impl FleetWatch {
             },
         );
         Some(live)
+    }
+}
+
+/// Keeps a limiter at its share of the account while a task runs: one task can last
+/// minutes while the fleet grows or runs out of work. Stops when dropped.
+pub struct FleetShare(tokio::task::JoinHandle<()>);
+
+impl FleetShare {
+    /// Every [`GROWING_PERIOD`], the live workers under `root` (listed only when the last
+    /// listing is old enough) set `limiter`'s share.
+    pub fn follow(
+        fleet: Arc<FleetWatch>,
+        store: Store,
+        root: String,
+        limiter: Arc<AdaptiveLimit>,
+    ) -> Self {
+        FleetShare(tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(GROWING_PERIOD).await;
+                if let Some(n) = fleet.live_workers(&store, &root).await {
+                    limiter.set_fleet_size(n);
+                }
+            }
+        }))
+    }
+}
+
+impl Drop for FleetShare {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }
 
@@ -119,6 +161,40 @@ mod tests {
             .overwrite(&format!("{root}{worker}"), &serde_json::json!({ "at": n }))
             .await
             .unwrap();
+    }
+
+    async fn idle(store: &Store, root: &str, worker: &str) {
+        let metadata = vec![(IDLE_METADATA.to_string(), "1".to_string())];
+        store
+            .overwrite_with(&format!("{root}{worker}"), &serde_json::json!({}), metadata)
+            .await
+            .unwrap();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn workers_out_of_work_stop_counting_within_seconds() {
+        let store = Store::new(Arc::new(MemoryBlobs::new("c")));
+        let watch = FleetWatch::default();
+        let root = "job/heartbeats/";
+        for w in ["a", "b", "c", "d"] {
+            beat(&store, root, w, 0).await;
+        }
+        assert_eq!(watch.live_workers(&store, root).await, Some(4));
+        tokio::time::advance(LISTING_PERIOD).await;
+        assert_eq!(watch.live_workers(&store, root).await, Some(4), "stable");
+        // The queue runs dry: c and d end their last tasks.
+        idle(&store, root, "c").await;
+        idle(&store, root, "d").await;
+        tokio::time::advance(LISTING_PERIOD).await;
+        assert_eq!(watch.live_workers(&store, root).await, Some(2));
+        // A fleet that is changing is listed again soon: d gets work again, then
+        // b runs out.
+        beat(&store, root, "d", 1).await;
+        tokio::time::advance(GROWING_PERIOD).await;
+        assert_eq!(watch.live_workers(&store, root).await, Some(3));
+        idle(&store, root, "b").await;
+        tokio::time::advance(GROWING_PERIOD).await;
+        assert_eq!(watch.live_workers(&store, root).await, Some(2));
     }
 
     #[tokio::test(start_paused = true)]

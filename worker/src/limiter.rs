@@ -118,6 +118,12 @@ impl AdaptiveLimit {
         self.pacer.refund(entities);
     }
 
+    /// Whether tasks are paced to a partition's rate (not on the emulator, which has
+    /// none): then a partition read by two tasks is no faster than by one.
+    pub fn paces_partitions(&self) -> bool {
+        self.partition_rate.is_some()
+    }
+
     /// A pacer for one task against the partition it works on (`None`: not paced).
     pub fn task_pacer(&self) -> Option<RatePacer> {
         self.partition_rate

@@ -104,9 +104,9 @@ pub struct Worker {
     pub(crate) identity: String,
     pub(crate) jobs: JobFiles,
     /// Live workers per job, for each one's share of the account's rate.
-    pub(crate) fleet: FleetWatch,
-    /// The heartbeats this worker has written (container/path).
-    beaten: std::sync::Mutex<std::collections::HashSet<String>>,
+    pub(crate) fleet: Arc<FleetWatch>,
+    /// Tasks in flight per heartbeat (container/path) this worker keeps, that is per job.
+    working: std::sync::Mutex<std::collections::HashMap<String, usize>>,
 }
 
 impl Worker {
@@ -160,19 +160,36 @@ impl Worker {
             stats,
             identity,
             jobs,
-            fleet: FleetWatch::default(),
-            beaten: Default::default(),
+            fleet: Arc::default(),
+            working: Default::default(),
             config,
         })
     }
 
-    /// Whether this worker has not written the heartbeat at `path` yet (and now will).
-    pub(crate) fn first_beat(&self, path: String) -> bool {
-        let mut beaten = self.beaten.lock().expect("heartbeats lock");
-        if beaten.len() >= 10_000 {
-            beaten.clear();
+    /// A task of the job whose heartbeat is at `path` starts; `true` if it is the only
+    /// one in flight (the heartbeat should say at once that this worker works on it).
+    pub(crate) fn task_started(&self, path: &str) -> bool {
+        let mut working = self.working.lock().expect("heartbeats lock");
+        let n = working.entry(path.to_string()).or_insert(0);
+        *n += 1;
+        *n == 1
+    }
+
+    /// A task of the job whose heartbeat is at `path` ended; `true` if none is left in
+    /// flight (the heartbeat should say this worker is idle).
+    pub(crate) fn task_ended(&self, path: &str) -> bool {
+        let mut working = self.working.lock().expect("heartbeats lock");
+        match working.get_mut(path) {
+            Some(n) if *n > 1 => {
+                *n -= 1;
+                false
+            }
+            Some(_) => {
+                working.remove(path);
+                true
+            }
+            None => false,
         }
-        beaten.insert(path)
     }
 
     /// Live counters.

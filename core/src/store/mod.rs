@@ -153,7 +153,18 @@ impl Store {
 
     /// Writes a JSON record, replacing any earlier version (reports).
     pub async fn overwrite<T: Serialize>(&self, path: &str, value: &T) -> Result<()> {
+        self.overwrite_with(path, value, Vec::new()).await
+    }
+
+    /// [`Store::overwrite`] with blob metadata (seen in listings without a read).
+    pub async fn overwrite_with<T: Serialize>(
+        &self,
+        path: &str,
+        value: &T,
+        metadata: Vec<(String, String)>,
+    ) -> Result<()> {
         let options = PutOptions {
+            metadata,
             content_type: Some("application/json".into()),
             ..PutOptions::default()
         };

@@ -53,9 +53,10 @@ struct Simulate {
     /// Restore batches in flight per task.
     #[arg(long, default_value_t = 8)]
     batches_in_flight: usize,
-    /// A backup task splits its remainder after reading this many entities.
-    #[arg(long, default_value_t = 20_000)]
-    split_after: u64,
+    /// Instead of the product's rule (split when the queue is empty), a backup task
+    /// splits the middle of its remainder off after reading this many entities.
+    #[arg(long)]
+    split_after: Option<u64>,
     /// Have the service send this `Retry-After` (ms) with every 503 (Azure: none known).
     #[arg(long)]
     retry_after_ms: Option<u64>,

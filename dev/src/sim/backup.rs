@@ -2,7 +2,9 @@
 
 use std::cell::RefCell;
 use std::rc::Rc;
-use std::time::Instant as WallInstant;
+use std::time::{Duration, Instant as WallInstant};
+
+use tablevault_core::split::balanced_share;
 
 use tokio::task::LocalSet;
 use tokio::time::Instant;
@@ -10,7 +12,7 @@ use tokio::time::Instant;
 use super::engine::{Engine, Msg, Worker, paused_runtime};
 use super::pacer::Pacer;
 use super::table::{Rng, Table};
-use super::{BackupDetails, Policy, RunReport, SimConfig};
+use super::{BackupDetails, Policy, RunReport, SimConfig, SplitRule};
 
 /// A range task: entities `lo..hi`.
 #[derive(Debug, Clone, Copy)]
@@ -103,9 +105,15 @@ async fn run(cfg: SimConfig) -> RunReport {
     report
 }
 
-/// One attempt at one range task: page by page, splitting off the upper half of the
-/// unread remainder every `split_after` entities while that remainder is at least
-/// twice as large.
+/// How often a task may peek at the queue to decide on a split, as the product's.
+const SPLIT_CHECK_INTERVAL: Duration = Duration::from_millis(200);
+
+/// Round trips a split's `$top=1` probes take (the product bounds them at 24; a task
+/// that inherited its table's ceiling typically needs a handful).
+const SPLIT_PROBES: usize = 8;
+
+/// One attempt at one range task: page by page, splitting its unread remainder by
+/// `cfg.split`.
 async fn scan(
     e: Rc<Engine<RangeTask>>,
     worker: Rc<Worker>,
@@ -125,6 +133,7 @@ async fn scan(
     let mut cursor = lo;
     let mut read = 0;
     let mut since_split = 0;
+    let mut last_look: Option<Instant> = None;
     loop {
         // An empty range still costs one (empty) query.
         let (partition, end) = if cursor < hi {
@@ -170,14 +179,35 @@ async fn scan(
         if cursor >= hi {
             break;
         }
-        if since_split >= cfg.split_after && hi - cursor >= 2 * cfg.split_after {
-            let at = e.table.split_point(cursor, hi);
-            if at > cursor && at < hi {
-                e.add_task(RangeTask { lo: at, hi });
-                hi = at;
-                since_split = 0;
-                progress.borrow_mut().splits += 1;
+        let at = match cfg.split {
+            SplitRule::Every(n) => {
+                (since_split >= n && hi - cursor >= 2 * n).then(|| e.table.split_point(cursor, hi))
             }
+            SplitRule::WhenIdle => {
+                if last_look.is_some_and(|t: Instant| t.elapsed() < SPLIT_CHECK_INTERVAL) {
+                    None
+                } else {
+                    last_look = Some(Instant::now());
+                    // Tasks are paced to their partition's rate here, so the rest of one
+                    // partition is not cut (the product's `find_split` rule then).
+                    let one_partition =
+                        e.table.partition_of(cursor) == e.table.partition_of(hi - 1);
+                    match balanced_share(Some(read), read as f64, (hi - cursor) as f64) {
+                        Some(share) if !one_partition && !e.queue_has_waiting().await => {
+                            e.round_trips(SPLIT_PROBES).await;
+                            Some(e.table.split_point_at(cursor, hi, share))
+                        }
+                        _ => None,
+                    }
+                }
+            }
+        };
+        if let Some(at) = at.filter(|&at| at > cursor && at < hi) {
+            e.add_task(RangeTask { lo: at, hi });
+            hi = at;
+            since_split = 0;
+            last_look = None;
+            progress.borrow_mut().splits += 1;
         }
     }
     progress.borrow_mut().committed.push((lo, hi, read));

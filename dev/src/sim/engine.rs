@@ -42,7 +42,7 @@ pub(crate) struct Msg<T> {
 /// then messages put by workers (splits) and given back after failures, in the order
 /// they become visible.
 pub(crate) struct Queue<T> {
-    fresh: Box<dyn Iterator<Item = T>>,
+    fresh: std::iter::Peekable<Box<dyn Iterator<Item = T>>>,
     ready: VecDeque<Msg<T>>,
     delayed: Vec<(Instant, Msg<T>)>,
 }
@@ -50,7 +50,7 @@ pub(crate) struct Queue<T> {
 impl<T> Queue<T> {
     pub fn new(fresh: Box<dyn Iterator<Item = T>>) -> Self {
         Queue {
-            fresh,
+            fresh: fresh.peekable(),
             ready: VecDeque::new(),
             delayed: Vec::new(),
         }
@@ -74,6 +74,13 @@ impl<T> Queue<T> {
         };
         m.deliveries += 1;
         Some(m)
+    }
+
+    /// Peek Messages: whether a message is visible.
+    pub fn has_waiting(&mut self, now: Instant) -> bool {
+        self.fresh.peek().is_some()
+            || !self.ready.is_empty()
+            || self.delayed.iter().any(|(at, _)| *at <= now)
     }
 
     /// Put Message (a split's upper half).
@@ -113,6 +120,9 @@ pub(crate) struct Worker {
     busy: Cell<usize>,
     /// When it last started or ended a task (its heartbeat changes while it works).
     last_busy: Cell<Option<Instant>>,
+    /// Its last listing of the fleet's heartbeats: when, how many live, and whether
+    /// that count had changed.
+    fleet_view: Cell<Option<(Instant, usize, bool)>>,
 }
 
 impl Worker {
@@ -133,6 +143,7 @@ impl Worker {
             pacer,
             busy: Cell::new(0),
             last_busy: Cell::new(None),
+            fleet_view: Cell::new(None),
         }
     }
 
@@ -146,7 +157,7 @@ impl Worker {
     }
 }
 
-/// The product's `fleet` listings: every `GROWING_S` while new heartbeats appear (a
+/// The product's `fleet` listings: every `GROWING_S` while heartbeats appear or turn idle (a
 /// worker writes its first when it starts its first task of the job), then every
 /// `LISTING_S`.
 const GROWING_S: u64 = 3;
@@ -203,6 +214,8 @@ pub(crate) struct Engine<T> {
     limit_levels: RefCell<LevelAcc>,
     rate_levels: RefCell<LevelAcc>,
     series: RefCell<Vec<SeriesPoint>>,
+    /// Every worker, for the fleet listings.
+    workers: RefCell<Vec<Rc<Worker>>>,
 }
 
 impl<T: 'static> Engine<T> {
@@ -225,6 +238,7 @@ impl<T: 'static> Engine<T> {
             limit_levels: RefCell::new(LevelAcc::new()),
             rate_levels: RefCell::new(LevelAcc::new()),
             series: RefCell::new(Vec::new()),
+            workers: RefCell::new(Vec::new()),
             cfg,
             table,
         }
@@ -239,6 +253,7 @@ impl<T: 'static> Engine<T> {
         Fut: Future<Output = ()> + 'static,
     {
         let run = Rc::new(run);
+        *self.workers.borrow_mut() = workers.to_vec();
         for w in workers {
             for _ in 0..self.cfg.tasks_per_worker.max(1) {
                 let (e, w, run) = (self.clone(), w.clone(), run.clone());
@@ -270,6 +285,9 @@ impl<T: 'static> Engine<T> {
                     idle = Duration::from_millis(100);
                     worker.busy.set(worker.busy.get() + 1);
                     worker.last_busy.set(Some(Instant::now()));
+                    if self.cfg.policy == Policy::Product {
+                        self.look_at_fleet(&worker).await;
+                    }
                     run(worker.clone(), m).await;
                     worker.busy.set(worker.busy.get() - 1);
                     worker.last_busy.set(Some(Instant::now()));
@@ -282,6 +300,41 @@ impl<T: 'static> Engine<T> {
         }
     }
 
+    /// What the product's worker does as a task starts (`Worker::limiter_for`): unless
+    /// its last listing is recent (`GROWING_S` while the count was changing, else
+    /// `LISTING_S`), list the job's heartbeats (one request) and hold its pacer to its
+    /// share of the account among the live workers. A worker is live while it has a
+    /// task in flight: its heartbeat is written at once when it starts one with none
+    /// other in flight, and marked idle when its last one ends.
+    async fn look_at_fleet(&self, worker: &Worker) {
+        let now = Instant::now();
+        if let Some((at, _, changing)) = worker.fleet_view.get() {
+            let period = if changing { GROWING_S } else { LISTING_S };
+            if now.duration_since(at) < Duration::from_secs(period) {
+                return;
+            }
+        }
+        let latency = self.service.borrow_mut().latency();
+        sleep(latency).await;
+        self.fleet_listed(worker);
+    }
+
+    /// The listing of [`Engine::look_at_fleet`], done.
+    fn fleet_listed(&self, worker: &Worker) {
+        let live = self
+            .workers
+            .borrow()
+            .iter()
+            .filter(|w| w.busy.get() > 0)
+            .count()
+            .max(1);
+        let changing = worker.fleet_view.get().is_none_or(|(_, n, _)| n != live);
+        worker
+            .fleet_view
+            .set(Some((Instant::now(), live, changing)));
+        worker.limiter.set_fleet_size(live);
+    }
+
     /// A task is done (committed or its done record written).
     pub fn finish_task(&self) {
         let open = self.open.get() - 1;
@@ -289,6 +342,23 @@ impl<T: 'static> Engine<T> {
         if open == 0 {
             self.finished.set(Some(Instant::now()));
             self.done.notify_one();
+        }
+    }
+
+    /// Peek Messages, as a splitting task asks (a queue request: latency, no table
+    /// budget).
+    pub async fn queue_has_waiting(&self) -> bool {
+        let latency = self.service.borrow_mut().latency();
+        sleep(latency).await;
+        self.queue.borrow_mut().has_waiting(Instant::now())
+    }
+
+    /// `n` requests one after the other that cost no budget worth counting (a split's
+    /// `$top=1` probes).
+    pub async fn round_trips(&self, n: usize) {
+        for _ in 0..n {
+            let latency = self.service.borrow_mut().latency();
+            sleep(latency).await;
         }
     }
 
@@ -380,40 +450,22 @@ impl<T: 'static> Engine<T> {
     /// in proportion to their tasks in flight.
     async fn sample(&self, workers: Vec<Rc<Worker>>) {
         let mut last = (0u64, 0u64, 0u64);
-        let mut fleet_seen = 0usize;
         for tick in 1u64.. {
             sleep(Duration::from_secs(1)).await;
             if self.finished.get().is_some() {
                 return;
             }
             let total: usize = workers.iter().map(|w| w.busy.get()).sum();
-            // The product learns how many workers share the account from their
-            // heartbeats: the first is written after HEARTBEAT_DELAY, and listings see
-            // a worker's change within one more period.
-            if self.cfg.policy == Policy::Product {
-                // A worker at work has a heartbeat that changes (the first written when it
-                // starts its first task); one idle for a minute has none that does.
-                let now = Instant::now();
-                let live = workers
-                    .iter()
-                    .filter(|w| {
-                        w.busy.get() > 0
-                            || w.last_busy
-                                .get()
-                                .is_some_and(|t| now.duration_since(t) < Duration::from_secs(60))
-                    })
-                    .count()
-                    .max(1);
-                let growing = live > fleet_seen;
-                let due = if growing {
-                    tick.is_multiple_of(GROWING_S)
-                } else {
-                    tick.is_multiple_of(LISTING_S)
-                };
-                if due {
-                    fleet_seen = live;
-                    for w in &workers {
-                        w.limiter.set_fleet_size(live);
+            // The product's running tasks look at the fleet every GROWING_S too (a listing
+            // when the last is old enough), so a long task follows a changing fleet.
+            if self.cfg.policy == Policy::Product && tick.is_multiple_of(GROWING_S) {
+                for w in workers.iter().filter(|w| w.busy.get() > 0) {
+                    let due = w.fleet_view.get().is_none_or(|(at, _, changing)| {
+                        let period = if changing { GROWING_S } else { LISTING_S };
+                        Instant::now().duration_since(at) >= Duration::from_secs(period)
+                    });
+                    if due {
+                        self.fleet_listed(w);
                     }
                 }
             }

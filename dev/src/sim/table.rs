@@ -149,7 +149,12 @@ impl Table {
     /// the nearest partition boundary strictly inside when the remainder spans several
     /// partitions, else inside the one partition.
     pub fn split_point(&self, cursor: u64, end: u64) -> u64 {
-        let mid = cursor + (end - cursor) / 2;
+        self.split_point_at(cursor, end, 0.5)
+    }
+
+    /// Like [`Table::split_point`], a fraction `share` of the way through the remainder.
+    pub fn split_point_at(&self, cursor: u64, end: u64, share: f64) -> u64 {
+        let mid = cursor + ((end - cursor) as f64 * share.clamp(0.0, 1.0)) as u64;
         let first = self.partition_of(cursor) as usize;
         let last = self.partition_of(end - 1) as usize;
         if first == last {

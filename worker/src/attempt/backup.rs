@@ -188,7 +188,18 @@ impl BackupAttempt<'_> {
             client: self.source,
             table: self.table,
         };
-        let split = match find_split(&probe, after, end, splitting.ceiling, Some(read)).await {
+        // Where partitions have a rate (Azure), the rest of one is read fastest by one task.
+        let within_partition = self.limiter.is_none_or(|l| !l.paces_partitions());
+        let split = match find_split(
+            &probe,
+            after,
+            end,
+            splitting.ceiling,
+            Some(read),
+            within_partition,
+        )
+        .await
+        {
             Ok(Some(s)) => s,
             Ok(None) => return None,
             Err(e) => {
