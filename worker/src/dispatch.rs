@@ -19,6 +19,7 @@ use tracing::Instrument;
 
 use crate::attempt::backup::{BackupAttempt, BackupOutcome, Splitting};
 use crate::attempt::restore::{RestoreAttempt, RestoreOutcome};
+use crate::beats::{HEARTBEAT_PERIOD, IDLE_GRACE};
 use crate::fleet::{FleetShare, IDLE_METADATA};
 use crate::lease::Lease;
 use crate::limiter::AdaptiveLimit;
@@ -324,7 +325,7 @@ impl Worker {
         }
         let beat = format!("{}{}", resolved.heartbeats, blob_safe(&self.identity));
         let working = format!("{}/{beat}", store.container());
-        let first = self.task_started(&working);
+        let first = self.beats.task_started(&working);
         let heartbeat = Heartbeat::start(store.clone(), beat.clone(), &task, &self.identity, first);
         let outcome = match &resolved.work {
             Work::Backup {
@@ -431,10 +432,16 @@ impl Worker {
         };
         heartbeat.stop();
         settler.settle(lease, outcome, &message, poison).await;
-        if self.task_ended(&working) {
-            // The other workers' next listing stops counting this one, so they take
-            // its share of the account (see `fleet`).
-            Heartbeat::idle(&store, &beat, &self.identity).await;
+        if let Some(generation) = self.beats.task_ended(&working) {
+            // Unless another task of the job comes soon, the other workers' next listing
+            // stops counting this one, so they take its share of the account (`fleet`).
+            let (beats, identity) = (self.beats.clone(), self.identity.clone());
+            tokio::spawn(async move {
+                tokio::time::sleep(IDLE_GRACE).await;
+                if beats.still_idle(&working, generation) {
+                    Heartbeat::idle(&store, &beat, &identity).await;
+                }
+            });
         }
     }
 }
@@ -453,17 +460,15 @@ fn blob_safe(identity: &str) -> String {
         .collect()
 }
 
-/// How often a worker working on a job says so.
-const HEARTBEAT_PERIOD: Duration = Duration::from_secs(20);
-
 /// Rewrites a blob next to the job while an attempt runs: a watcher that sees it change
 /// knows someone is working on the job even when no task finishes for a while.
 struct Heartbeat(tokio::task::JoinHandle<()>);
 
 impl Heartbeat {
-    /// `now`: this worker's first task of the job, whose first beat tells the other
-    /// workers at once that one more shares the account (see `fleet`). Later tasks beat
-    /// first after a period: a task that ends sooner says so by its record.
+    /// `now`: the worker's heartbeat of the job is due (see `beats`): the first beat
+    /// tells the other workers at once that one more shares the account (`fleet`).
+    /// Otherwise the task beats first after a period: one that ends sooner says so by
+    /// its record.
     fn start(store: Store, path: String, task: &TaskMessage, worker: &str, now: bool) -> Self {
         let beat = serde_json::json!({ "worker": worker, "table": task.table, "task": task.task });
         Heartbeat(tokio::spawn(async move {

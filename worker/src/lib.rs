@@ -9,6 +9,7 @@
 pub mod accounts;
 pub mod attempt;
 pub mod auth;
+mod beats;
 mod dispatch;
 pub mod fleet;
 mod jobs;

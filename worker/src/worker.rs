@@ -15,6 +15,7 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use crate::accounts::AccountSet;
+use crate::beats::Beats;
 use crate::fleet::FleetWatch;
 use crate::jobs::{JobFiles, StoreFactory, azure_stores};
 use crate::metrics::WorkerMetrics;
@@ -105,8 +106,8 @@ pub struct Worker {
     pub(crate) jobs: JobFiles,
     /// Live workers per job, for each one's share of the account's rate.
     pub(crate) fleet: Arc<FleetWatch>,
-    /// Tasks in flight per heartbeat (container/path) this worker keeps, that is per job.
-    working: std::sync::Mutex<std::collections::HashMap<String, usize>>,
+    /// When this worker's heartbeat of each job is due.
+    pub(crate) beats: Beats,
 }
 
 impl Worker {
@@ -161,35 +162,9 @@ impl Worker {
             identity,
             jobs,
             fleet: Arc::default(),
-            working: Default::default(),
+            beats: Beats::default(),
             config,
         })
-    }
-
-    /// A task of the job whose heartbeat is at `path` starts; `true` if it is the only
-    /// one in flight (the heartbeat should say at once that this worker works on it).
-    pub(crate) fn task_started(&self, path: &str) -> bool {
-        let mut working = self.working.lock().expect("heartbeats lock");
-        let n = working.entry(path.to_string()).or_insert(0);
-        *n += 1;
-        *n == 1
-    }
-
-    /// A task of the job whose heartbeat is at `path` ended; `true` if none is left in
-    /// flight (the heartbeat should say this worker is idle).
-    pub(crate) fn task_ended(&self, path: &str) -> bool {
-        let mut working = self.working.lock().expect("heartbeats lock");
-        match working.get_mut(path) {
-            Some(n) if *n > 1 => {
-                *n -= 1;
-                false
-            }
-            Some(_) => {
-                working.remove(path);
-                true
-            }
-            None => false,
-        }
     }
 
     /// Live counters.

@@ -28,6 +28,8 @@ pub struct ShapeOptions {
     pub only: Vec<String>,
     /// Also run the old planning (probed ranges, no splitting).
     pub compare: bool,
+    /// A Python with `azure-data-tables`, to time the SDK export baseline.
+    pub sdk_python: Option<std::path::PathBuf>,
     /// Print JSON.
     pub json: bool,
 }
@@ -56,6 +58,10 @@ pub struct ShapeRun {
     pub entities_per_second: f64,
     /// Backup over scan.
     pub ratio_to_scan: f64,
+    /// The Python SDK export of the same data, entities/s (when asked for).
+    pub sdk_entities_per_second: Option<f64>,
+    /// Backup over the SDK export.
+    pub ratio_to_sdk: Option<f64>,
     /// Seconds planning and enqueueing.
     pub planning_seconds: f64,
     /// Planning over the whole backup.
@@ -228,6 +234,8 @@ async fn backup(
         scan_entities_per_second: scan_eps,
         entities_per_second: eps,
         ratio_to_scan: eps / scan_eps,
+        sdk_entities_per_second: None,
+        ratio_to_sdk: None,
         planning_seconds: planning,
         planning_share: planning / seconds,
         tasks,
@@ -264,12 +272,18 @@ pub async fn run_shape_bench(opts: &ShapeOptions) -> anyhow::Result<()> {
             scanned += measure_scan(&client, table).await?.entities;
         }
         let scan_eps = scanned as f64 / started.elapsed().as_secs_f64();
+        let sdk_eps = match &opts.sdk_python {
+            Some(python) => Some(sdk_export(python, &azurite, &tables, opts.entities).await?),
+            None => None,
+        };
         let mut variants = vec![false];
         if opts.compare {
             variants.insert(0, true);
         }
         for old in variants {
-            let run = backup(&tv, shape, &tables, opts, scan_eps, old).await?;
+            let mut run = backup(&tv, shape, &tables, opts, scan_eps, old).await?;
+            run.sdk_entities_per_second = sdk_eps;
+            run.ratio_to_sdk = sdk_eps.map(|s| run.entities_per_second / s);
             if !opts.json {
                 eprintln!(
                     "  {:>6}: {:.0} entities/s ({:.2}x scan), planning {:.2} s, {} tasks, largest {:.1}%",
@@ -289,17 +303,21 @@ pub async fn run_shape_bench(opts: &ShapeOptions) -> anyhow::Result<()> {
         return Ok(());
     }
     println!(
-        "\n| table shape | planning | scan e/s | backup e/s | vs scan | planning s (share) | tasks | largest task | largest / mean | peak RSS |"
+        "\n| table shape | planning | scan e/s | SDK export e/s | backup e/s | vs scan | vs SDK | planning s (share) | tasks | largest task | largest / mean | peak RSS |"
     );
-    println!("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|");
+    println!("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     for r in &runs {
         println!(
-            "| {} | {} | {:.0} | {:.0} | {:.2}x | {:.2} ({:.1}%) | {} | {:.1}% | {:.2} | {} |",
+            "| {} | {} | {:.0} | {} | {:.0} | {:.2}x | {} | {:.2} ({:.1}%) | {} | {:.1}% | {:.2} | {} |",
             r.shape,
             r.planning,
             r.scan_entities_per_second,
+            r.sdk_entities_per_second
+                .map_or("-".to_string(), |s| format!("{s:.0}")),
             r.entities_per_second,
             r.ratio_to_scan,
+            r.ratio_to_sdk
+                .map_or("-".to_string(), |s| format!("{s:.2}x")),
             r.planning_seconds,
             r.planning_share * 100.0,
             r.tasks,
@@ -309,6 +327,46 @@ pub async fn run_shape_bench(opts: &ShapeOptions) -> anyhow::Result<()> {
         );
     }
     Ok(())
+}
+
+/// Runs the Python SDK export of `tables` (`dev/sdk-export/export.py`) and returns its
+/// entities/s, checking it read all `expected`.
+async fn sdk_export(
+    python: &std::path::Path,
+    azurite: &Azurite,
+    tables: &[String],
+    expected: u64,
+) -> anyhow::Result<f64> {
+    use anyhow::Context;
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/sdk-export/export.py");
+    let out_dir =
+        std::env::temp_dir().join(format!("tablevault-sdk-export-{}", std::process::id()));
+    std::fs::create_dir_all(&out_dir)?;
+    let out = tokio::process::Command::new(python)
+        .arg(script)
+        .arg(tables.join(","))
+        .arg(&out_dir)
+        .env(
+            "TABLEVAULT_SDK_CONNECTION_STRING",
+            azurite.connection_string(),
+        )
+        .stdin(std::process::Stdio::null())
+        .output()
+        .await
+        .with_context(|| format!("cannot run {}", python.display()));
+    let _ = std::fs::remove_dir_all(&out_dir);
+    let out = out?;
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).with_context(|| {
+        format!(
+            "the SDK export failed (pip install -r dev/sdk-export/requirements.txt?): {}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    })?;
+    let entities = report["entities"].as_u64().unwrap_or(0);
+    if entities != expected {
+        bail!("the SDK export read {entities} of {expected} entities");
+    }
+    Ok(entities as f64 / report["seconds"].as_f64().unwrap_or(f64::NAN))
 }
 
 #[cfg(test)]

@@ -138,6 +138,10 @@ struct Shapes {
     /// Also back up with the old planning (8 probed ranges, no splitting) in the same run.
     #[arg(long)]
     compare: bool,
+    /// Also time a plain export with Microsoft's Python SDK (`dev/sdk-export/export.py`),
+    /// run by this Python, which needs `pip install -r dev/sdk-export/requirements.txt`.
+    #[arg(long, value_name = "PYTHON")]
+    sdk_python: Option<std::path::PathBuf>,
     /// Print JSON.
     #[arg(long)]
     json: bool,
@@ -155,6 +159,7 @@ async fn main() -> std::process::ExitCode {
                 small_tables: s.small_tables,
                 only: s.only,
                 compare: s.compare,
+                sdk_python: s.sdk_python,
                 json: s.json,
             })
             .await
