@@ -170,15 +170,21 @@ pub async fn plan(req: &BackupRequest, location: &Location) -> Result<BackupJob>
         return Err(Error::invalid("--block-size must be at least 64 KiB"));
     }
     let source = TableClient::with_options(&req.source, &location.client_options)?;
-    let tables = resolve_tables(&source, &req.tables, req.source.name()).await?;
     let split = normalize_split_keys(&req.split_keys)?;
     let store = location.store()?;
     let account = AccountRef::of(&req.source)?;
-    let previous = if split.is_empty() && req.ranges_per_table.is_none() {
-        last_complete_backup(&store, &account).await?
-    } else {
-        None
-    };
+    // Independent lookups, side by side: planning is a fixed cost of every backup.
+    let (tables, previous) = tokio::join!(
+        resolve_tables(&source, &req.tables, req.source.name()),
+        async {
+            if split.is_empty() && req.ranges_per_table.is_none() {
+                last_complete_backup(&store, &account).await
+            } else {
+                Ok(None)
+            }
+        }
+    );
+    let (tables, previous) = (tables?, previous?);
     let planning: Vec<_> = tables
         .into_iter()
         .map(|name| plan_table(&source, &store, previous.as_ref(), name, &split, req))
@@ -476,9 +482,8 @@ pub async fn run_backup(
     opts: &WatchOptions,
 ) -> Result<BackupReport> {
     let started = Instant::now();
-    let job = plan(req, location).await?;
+    let (job, ()) = tokio::try_join!(plan(req, location), create_queues(location))?;
     tracing::info!(backup_id = %job.backup_id, tasks = job.task_count(), "planned");
-    create_queues(location).await?;
     let planning_seconds = started.elapsed().as_secs_f64();
     // Workers start on the first tasks while the rest are still being put on the queue:
     // with hundreds of small tables, enqueueing is a good part of the whole backup.

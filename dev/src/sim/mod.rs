@@ -50,7 +50,7 @@
 //!   listing of the job's heartbeats is older than 3 s (while the count changes) or 25 s
 //!   lists them again after one request's latency; a worker is live while it has a task
 //!   in flight (its heartbeat is written at once then, and marked idle when its last
-//!   task ends). `paced` (`pacer.rs`, a prototype) adds, in front
+//!   task ends; the product waits 2 s for another task first, not modelled). `paced` (`pacer.rs`, a prototype) adds, in front
 //!   of every try of backup reads and restore writes alike, a per-task pacer at 95% of
 //!   the partition's 2,000 entities/s and a per-worker pacer at its share of 95% of the
 //!   account's 20,000/s, in proportion to its tasks in flight among all workers'
