@@ -218,36 +218,76 @@ pub fn midpoint(lo: &str, hi: Option<&str>) -> String {
     point_at(lo, hi, 0.5)
 }
 
+/// The number space [`point_at`] and [`fraction`] work in between two bounds: their
+/// common prefix dropped, then `places` units read as digits of the alphabet the
+/// bounds' tails use (their character classes; the dense alphabet without `hi`).
+/// Digit 0 means "no character".
+struct Scale {
+    lo: Vec<u16>,
+    common: usize,
+    alpha: std::borrow::Cow<'static, [u16]>,
+    places: usize,
+    /// The value of `hi`, or the top of the space.
+    high: u64,
+}
+
+impl Scale {
+    fn new(lo: &str, hi: Option<&str>, places: usize) -> Self {
+        let a: Vec<u16> = lo.encode_utf16().collect();
+        let b: Option<Vec<u16>> = hi.map(|h| h.encode_utf16().collect());
+        let common = b
+            .as_ref()
+            .map_or(0, |b| a.iter().zip(b).take_while(|(x, y)| x == y).count());
+        let alpha = match &b {
+            Some(b) => {
+                let tail = |v: &[u16]| v[common..].iter().take(places).copied().collect::<Vec<_>>();
+                let local = local_alphabet(&[&tail(&a), &tail(b)]);
+                if local.is_empty() {
+                    std::borrow::Cow::Borrowed(alphabet())
+                } else {
+                    std::borrow::Cow::Owned(local)
+                }
+            }
+            None => std::borrow::Cow::Borrowed(alphabet()),
+        };
+        let mut scale = Scale {
+            lo: a,
+            common,
+            alpha,
+            places,
+            high: 0,
+        };
+        scale.high = match &b {
+            Some(b) => scale.value(b),
+            None => scale.base().pow(places as u32) - 1,
+        };
+        scale
+    }
+
+    fn base(&self) -> u64 {
+        self.alpha.len() as u64 + 1
+    }
+
+    /// The value of the `places` units after the common prefix.
+    fn value(&self, v: &[u16]) -> u64 {
+        let base = self.base();
+        (0..self.places).fold(0u64, |acc, i| {
+            acc * base
+                + v.get(self.common + i)
+                    .map_or(0, |&u| rank_in(&self.alpha, u) + 1)
+        })
+    }
+
+    fn low(&self) -> u64 {
+        self.value(&self.lo)
+    }
+}
+
 /// Like [`midpoint`], but the point a fraction `share` (0 to 1) of the way from `lo` to
 /// `hi`.
 pub fn point_at(lo: &str, hi: Option<&str>, share: f64) -> String {
-    let a: Vec<u16> = lo.encode_utf16().collect();
-    let b: Vec<u16> = hi.map(|h| h.encode_utf16().collect()).unwrap_or_default();
-    let common = match hi {
-        Some(_) => a.iter().zip(&b).take_while(|(x, y)| x == y).count(),
-        None => 0,
-    };
-    let local;
-    let alpha: &[u16] = match hi {
-        Some(_) => {
-            let tail = |v: &[u16]| v[common..].iter().take(DIGITS).copied().collect::<Vec<_>>();
-            local = local_alphabet(&[&tail(&a), &tail(&b)]);
-            if local.is_empty() { alphabet() } else { &local }
-        }
-        None => alphabet(),
-    };
-    let base = alpha.len() as u64 + 1; // digit 0 means "no character"
-    let digits = |v: &[u16]| -> u64 {
-        (0..DIGITS).fold(0u64, |acc, i| {
-            acc * base + v.get(common + i).map_or(0, |&u| rank_in(alpha, u) + 1)
-        })
-    };
-    let low = digits(&a);
-    let high = if hi.is_some() {
-        digits(&b)
-    } else {
-        base.pow(DIGITS as u32) - 1
-    };
+    let scale = Scale::new(lo, hi, DIGITS);
+    let (low, high, base) = (scale.low(), scale.high, scale.base());
     let share = if share.is_finite() {
         share.clamp(0.0, 1.0)
     } else {
@@ -260,14 +300,14 @@ pub fn point_at(lo: &str, hi: Option<&str>, share: f64) -> String {
         mid /= base;
     }
     tail.reverse();
-    let mut units: Vec<u16> = a[..common].to_vec();
+    let mut units: Vec<u16> = scale.lo[..scale.common].to_vec();
     for d in tail {
         // Digit 0 ("no character") can only be followed by more zeros in a valid
         // midpoint; stop there.
         if d == 0 {
             break;
         }
-        units.push(alpha[(d - 1) as usize]);
+        units.push(scale.alpha[(d - 1) as usize]);
     }
     let m = String::from_utf16_lossy(&units);
     // Ranks are floors, so between two anchors the midpoint can land at or below `lo`;
@@ -280,47 +320,22 @@ pub fn point_at(lo: &str, hi: Option<&str>, share: f64) -> String {
 }
 
 /// Where `key` lies between `lo` (0) and `hi` (1; `None` is the top of the key space),
-/// in the space [`point_at`] cuts in: the bounds' common prefix dropped, then the next
-/// units as digits of the alphabet the bounds' tails use. Keys outside are clamped.
+/// in the space [`point_at`] cuts in, read to more places. Keys outside are clamped.
 pub fn fraction(lo: &str, hi: Option<&str>, key: &str) -> f64 {
-    const PLACES: usize = 7; // base^7 stays within an f64's exact integers
-    let a: Vec<u16> = lo.encode_utf16().collect();
-    let b: Vec<u16> = hi.map(|h| h.encode_utf16().collect()).unwrap_or_default();
+    // Seven places of a ~100-letter alphabet stay within a u64 and an f64's exact
+    // integers.
+    let scale = Scale::new(lo, hi, 7);
     let k: Vec<u16> = key.encode_utf16().collect();
-    let common = match hi {
-        Some(_) => a.iter().zip(&b).take_while(|(x, y)| x == y).count(),
-        None => 0,
-    };
-    if k.len() < common || k[..common] != a[..common] {
+    let prefix = &scale.lo[..scale.common];
+    if !k.starts_with(prefix) {
         return if cmp_keys(key, lo).is_le() { 0.0 } else { 1.0 };
     }
-    let local;
-    let alpha: &[u16] = match hi {
-        Some(_) => {
-            let tail = |v: &[u16]| v[common..].iter().take(PLACES).copied().collect::<Vec<_>>();
-            local = local_alphabet(&[&tail(&a), &tail(&b)]);
-            if local.is_empty() { alphabet() } else { &local }
-        }
-        None => alphabet(),
-    };
-    let base = alpha.len() as f64 + 1.0;
-    let value = |v: &[u16]| -> f64 {
-        (0..PLACES).fold(0.0, |acc, i| {
-            acc * base
-                + v.get(common + i)
-                    .map_or(0.0, |&u| (rank_in(alpha, u) + 1) as f64)
-        })
-    };
-    let low = value(&a);
-    let high = if hi.is_some() {
-        value(&b)
-    } else {
-        base.powi(PLACES as i32) - 1.0
-    };
+    let (low, high) = (scale.low(), scale.high);
     if high <= low {
         return 1.0;
     }
-    ((value(&k) - low) / (high - low)).clamp(0.0, 1.0)
+    let v = scale.value(&k);
+    (v.saturating_sub(low) as f64 / (high - low) as f64).clamp(0.0, 1.0)
 }
 
 /// Adds `amount` units at position `pos` of `s`, read as a number in the dense alphabet's rank
@@ -558,6 +573,19 @@ pub fn balanced_share(read: Option<u64>, read_span: f64, rest_span: f64) -> Opti
     Some((0.5 - read as f64 / (2.0 * rest)).clamp(MIN_SHARE, 0.5))
 }
 
+/// The share of the remainder to cut at ([`balanced_share`]) when `read` entities were
+/// read from `from` up to `reached` in a dimension bounded by `hi`; a half when nothing
+/// is known.
+fn cut_share(read: Option<(&str, u64)>, hi: Option<&str>, reached: &str) -> Option<f64> {
+    match read {
+        Some((from, entities)) => {
+            let at = fraction(from, hi, reached);
+            balanced_share(Some(entities), at, 1.0 - at)
+        }
+        None => Some(0.5),
+    }
+}
+
 /// A cut found by [`find_split`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Split {
@@ -611,14 +639,10 @@ pub async fn find_split(
                 }
             };
             // Partitions read so far span [first, next); the rest, [next, hi).
-            let share = match read.filter(|r| r.first.pk != next.pk) {
-                Some(r) => {
-                    let at = fraction(&r.first.pk, hi.as_deref(), &next.pk);
-                    balanced_share(Some(r.entities), at, 1.0 - at)
-                }
-                None => Some(0.5),
-            };
-            let Some(share) = share else {
+            let read_from = read
+                .filter(|r| r.first.pk != next.pk)
+                .map(|r| (r.first.pk.as_str(), r.entities));
+            let Some(share) = cut_share(read_from, hi.as_deref(), &next.pk) else {
                 return Ok(None);
             };
             let pk = bisect(&mut p, &across, &next.pk, hi, share)
@@ -659,14 +683,10 @@ pub async fn find_split(
                 }
             };
             // Inside one partition, the density is known if the read began in it.
-            let share = match read.filter(|r| r.first.pk == after.pk) {
-                Some(r) => {
-                    let at = fraction(&r.first.rk, hi.as_deref(), &after.rk);
-                    balanced_share(Some(r.entities), at, 1.0 - at)
-                }
-                None => Some(0.5),
-            };
-            let Some(share) = share else {
+            let read_from = read
+                .filter(|r| r.first.pk == after.pk)
+                .map(|r| (r.first.rk.as_str(), r.entities));
+            let Some(share) = cut_share(read_from, hi.as_deref(), &after.rk) else {
                 return Ok(None);
             };
             match bisect(&mut p, &inside, &after.rk, hi, share).await? {
@@ -740,9 +760,39 @@ mod tests {
         )
     }
 
+    /// `n` GUID PartitionKeys, one entity each.
+    fn guid_partitions(n: u64) -> Sorted {
+        Sorted::new((0..n).map(|i| EntityKey::new(guid(i), "r")).collect())
+    }
+
+    /// `n` GUID RowKeys in one partition.
+    fn guid_rows(n: u64) -> Sorted {
+        Sorted::new((0..n).map(|i| EntityKey::new("p", guid(i))).collect())
+    }
+
+    /// `n` entities under `customer-NNNNN` PartitionKeys, 500 each.
+    fn sequential(n: u64) -> Sorted {
+        Sorted::new(
+            (0..n)
+                .map(|i| {
+                    EntityKey::new(format!("customer-{:05}", i / 500), format!("order-{i:010}"))
+                })
+                .collect(),
+        )
+    }
+
+    /// `n` entities in one partition, numbered RowKeys.
+    fn one_partition(pk: &str, n: u64) -> Sorted {
+        Sorted::new(
+            (0..n)
+                .map(|i| EntityKey::new(pk, format!("{i:08}")))
+                .collect(),
+        )
+    }
+
     #[test]
     fn guid_partitions_split_near_the_middle() {
-        let t = Sorted::new((0..20_000).map(|i| EntityKey::new(guid(i), "r")).collect());
+        let t = guid_partitions(20_000);
         for i in [999usize, 5_000, 12_000] {
             let (share, split) = share_given_away(&t, i, None);
             assert!((0.25..=0.75).contains(&share), "after {i}: {share}");
@@ -751,60 +801,15 @@ mod tests {
                 "an unbounded split learns a ceiling"
             );
             // With the ceiling known, the next split of the upper part needs fewer probes.
-            let again = run(find_split(
-                &t,
-                &t.0[i],
-                None,
-                split.ceiling.as_ref(),
-                None,
-                true,
-            ))
-            .unwrap()
-            .unwrap();
-            assert!(
-                again.probes < split.probes,
-                "{} < {}",
-                again.probes,
-                split.probes
-            );
+            fewer_probes_with_the_ceiling(&t, i, &split);
         }
     }
 
-    #[test]
-    fn sequential_partitions_split_near_the_middle() {
-        let t = Sorted::new(
-            (0..20_000u64)
-                .map(|i| {
-                    EntityKey::new(format!("customer-{:05}", i / 500), format!("order-{i:010}"))
-                })
-                .collect(),
-        );
-        let (share, _) = share_given_away(&t, 999, None);
-        assert!((0.2..=0.8).contains(&share), "{share}");
-        let end = EntityKey::partition_start("customer-00030");
-        let (share, _) = share_given_away(&t, 2_500, Some(&end));
-        assert!((0.2..=0.8).contains(&share), "{share}");
-    }
-
-    #[test]
-    fn one_huge_partition_splits_by_row_key() {
-        let t = Sorted::new(
-            (0..50_000u64)
-                .map(|i| EntityKey::new("tenant", format!("{i:08}")))
-                .collect(),
-        );
-        let (share, split) = share_given_away(&t, 999, None);
-        assert_eq!(split.at.pk, "tenant");
-        assert!((0.35..=0.65).contains(&share), "{share}");
-        assert_eq!(
-            split.ceiling.as_ref().map(|c| c.pk.as_str()),
-            Some("tenant")
-        );
-        // The upper part's task cuts again with the ceiling it inherits, fewer probes.
-        let at = t.0.iter().position(|k| *k >= split.at).unwrap();
+    /// Splitting again after key `i` with the ceiling `split` learned takes fewer probes.
+    fn fewer_probes_with_the_ceiling(t: &Sorted, i: usize, split: &Split) {
         let again = run(find_split(
-            &t,
-            &t.0[at + 999],
+            t,
+            &t.0[i],
             None,
             split.ceiling.as_ref(),
             None,
@@ -818,11 +823,36 @@ mod tests {
             again.probes,
             split.probes
         );
+    }
+
+    #[test]
+    fn sequential_partitions_split_near_the_middle() {
+        let t = sequential(20_000);
+        let (share, _) = share_given_away(&t, 999, None);
+        assert!((0.2..=0.8).contains(&share), "{share}");
+        let end = EntityKey::partition_start("customer-00030");
+        let (share, _) = share_given_away(&t, 2_500, Some(&end));
+        assert!((0.2..=0.8).contains(&share), "{share}");
+    }
+
+    #[test]
+    fn one_huge_partition_splits_by_row_key() {
+        let t = one_partition("tenant", 50_000);
+        let (share, split) = share_given_away(&t, 999, None);
+        assert_eq!(split.at.pk, "tenant");
+        assert!((0.35..=0.65).contains(&share), "{share}");
+        assert_eq!(
+            split.ceiling.as_ref().map(|c| c.pk.as_str()),
+            Some("tenant")
+        );
+        // The upper part's task cuts again with the ceiling it inherits, fewer probes.
+        let at = t.0.iter().position(|k| *k >= split.at).unwrap();
+        fewer_probes_with_the_ceiling(&t, at + 999, &split);
         let end = EntityKey::new("tenant", "00030000");
         let (share, _) = share_given_away(&t, 20_000, Some(&end));
         assert!((0.2..=0.8).contains(&share), "{share}");
         // GUID RowKeys too.
-        let t = Sorted::new((0..20_000).map(|i| EntityKey::new("p", guid(i))).collect());
+        let t = guid_rows(20_000);
         let (share, _) = share_given_away(&t, 1_000, None);
         assert!((0.2..=0.8).contains(&share), "{share}");
     }
@@ -848,20 +878,10 @@ mod tests {
 
     #[test]
     fn a_task_that_has_read_much_keeps_less_of_the_rest() {
-        let guid_table = Sorted::new((0..20_000).map(|i| EntityKey::new(guid(i), "r")).collect());
-        let sequential = Sorted::new(
-            (0..20_000u64)
-                .map(|i| {
-                    EntityKey::new(format!("customer-{:05}", i / 500), format!("order-{i:010}"))
-                })
-                .collect(),
-        );
-        let giant = Sorted::new(
-            (0..20_000u64)
-                .map(|i| EntityKey::new("tenant", format!("{i:08}")))
-                .collect(),
-        );
-        let guid_rows = Sorted::new((0..20_000).map(|i| EntityKey::new("p", guid(i))).collect());
+        let guid_table = guid_partitions(20_000);
+        let sequential = sequential(20_000);
+        let giant = one_partition("tenant", 20_000);
+        let guid_rows = guid_rows(20_000);
         for (name, t) in [
             ("guid", &guid_table),
             ("sequential", &sequential),
@@ -884,7 +904,7 @@ mod tests {
 
     #[test]
     fn a_small_remainder_is_not_split() {
-        let t = Sorted::new((0..20_000).map(|i| EntityKey::new(guid(i), "r")).collect());
+        let t = guid_partitions(20_000);
         assert_eq!(balanced(&t, 0, 19_000, None), None, "about 1,000 left");
         let end = t.0[6_000].clone();
         assert_eq!(
@@ -898,11 +918,7 @@ mod tests {
                 .unwrap()
                 .is_some()
         );
-        let giant = Sorted::new(
-            (0..20_000u64)
-                .map(|i| EntityKey::new("t", format!("{i:08}")))
-                .collect(),
-        );
+        let giant = one_partition("t", 20_000);
         assert_eq!(balanced(&giant, 0, 18_999, None), None);
         assert!(
             balanced(&giant, 0, 14_999, None).is_some(),
@@ -933,22 +949,14 @@ mod tests {
 
     #[test]
     fn a_partition_is_cut_inside_only_when_allowed() {
-        let giant = Sorted::new(
-            (0..20_000u64)
-                .map(|i| EntityKey::new("tenant", format!("{i:08}")))
-                .collect(),
-        );
+        let giant = one_partition("tenant", 20_000);
         let split = |t: &Sorted, i: usize, rows: bool| {
             run(find_split(t, &t.0[i], None, None, None, rows)).unwrap()
         };
         assert_eq!(split(&giant, 999, false), None);
         assert_eq!(split(&giant, 999, true).unwrap().at.pk, "tenant");
         // With later partitions, the cut is between partitions either way.
-        let sequential = Sorted::new(
-            (0..20_000u64)
-                .map(|i| EntityKey::new(format!("customer-{:05}", i / 500), format!("{i:08}")))
-                .collect(),
-        );
+        let sequential = sequential(20_000);
         let at = split(&sequential, 999, false).unwrap().at;
         assert!(at.rk.is_empty() && at.pk > sequential.0[999].pk, "{at:?}");
         // In the last partition, not any more.
