@@ -485,13 +485,26 @@ pub async fn run_backup(
     let (job, ()) = tokio::try_join!(plan(req, location), create_queues(location))?;
     tracing::info!(backup_id = %job.backup_id, tasks = job.task_count(), "planned");
     let planning_seconds = started.elapsed().as_secs_f64();
-    // Workers start on the first tasks while the rest are still being put on the queue:
-    // with hundreds of small tables, enqueueing is a good part of the whole backup.
+    let mut report = enqueue_and_watch(location, job, opts).await?;
+    report.planning_seconds = Some(planning_seconds);
+    // Report the whole command's rate, planning included.
+    report.timed(started.elapsed().as_secs_f64());
+    Ok(report)
+}
+
+/// Puts a new job's tasks on its (existing) queue while watching it: workers start on
+/// the first tasks while the rest are still being put, which with hundreds of small
+/// tables is a good part of the whole backup.
+async fn enqueue_and_watch(
+    location: &Location,
+    job: BackupJob,
+    opts: &WatchOptions,
+) -> Result<BackupReport> {
     let enqueueing = put_tasks(location, &job, None);
     let watching = watch(location, job.clone(), opts);
     tokio::pin!(enqueueing, watching);
     let mut enqueued = false;
-    let mut report = loop {
+    loop {
         tokio::select! {
             // A failed enqueue ends the command (and its in-process workers) at once; the
             // error says how to carry the job on.
@@ -508,14 +521,10 @@ pub async fn run_backup(
                 if !enqueued && report.status == JobStatus::Complete {
                     (&mut enqueueing).await?;
                 }
-                break report;
+                return Ok(report);
             }
         }
-    };
-    report.planning_seconds = Some(planning_seconds);
-    // Report the whole command's rate, planning included.
-    report.timed(started.elapsed().as_secs_f64());
-    Ok(report)
+    }
 }
 
 /// What `status` should do besides reporting.

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use tablevault_core::keys::KeyRange;
-use tablevault_core::protocol::{PoisonRecord, TablePlan};
+use tablevault_core::protocol::{CommitRecord, PoisonRecord, TablePlan};
 use tablevault_core::testing::{MemoryBlobs, MemoryQueue, Op, Strike, busy};
 use tokio_util::sync::CancellationToken;
 
@@ -233,4 +233,79 @@ async fn a_dead_in_process_worker_fails_the_watch() {
     .expect("the watch ends")
     .unwrap_err();
     assert!(err.to_string().contains("403"), "{err}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_failed_enqueue_ends_the_watch_it_overlaps() {
+    let f = outstanding().await;
+    let store = f.location.store().unwrap();
+    let marker = BackupPaths::new(&f.job.backup_id).enqueued_marker();
+    store.delete(&marker).await.unwrap();
+    f.queue
+        .fail(Op::Put, "", Strike::Before, busy("Put Message"));
+    // Nobody works on the job: without the enqueue's error, the watch would wait for
+    // its stall timeout.
+    let opts = quick_watch(std::time::Duration::from_secs(3600));
+    let started = tokio::time::Instant::now();
+    let err = enqueue_and_watch(&f.location, f.job.clone(), &opts)
+        .await
+        .unwrap_err();
+    assert!(started.elapsed() < std::time::Duration::from_secs(60));
+    let text = err.to_string();
+    assert!(
+        text.contains("0 of 1 tasks") && text.contains("--wait"),
+        "{text}"
+    );
+    assert!(!store.exists(&marker).await.unwrap());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_job_enqueued_while_watched_is_marked_enqueued_when_it_completes() {
+    let f = outstanding().await;
+    let store = f.location.store().unwrap();
+    let paths = BackupPaths::new(&f.job.backup_id);
+    store.delete(&paths.enqueued_marker()).await.unwrap();
+    let job = f.job.clone();
+    let location = f.location.clone();
+    // A "worker": once the task is on the queue, it commits an empty range record.
+    let queue = f.queue.clone();
+    let worker = tokio::spawn(async move {
+        while queue.texts().is_empty() {
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+        let record = CommitRecord {
+            format: FORMAT_VERSION,
+            job: job.backup_id.clone(),
+            table: "Tbl".into(),
+            task: "r0000".into(),
+            attempt: "a".into(),
+            range: KeyRange::all(),
+            entities: 0,
+            raw_bytes: 0,
+            stored_bytes: 0,
+            blobs: Vec::new(),
+            started_at: now_rfc3339(),
+            finished_at: now_rfc3339(),
+            worker: "w".into(),
+            split_off: Vec::new(),
+        };
+        let store = location.store().unwrap();
+        store
+            .create(
+                &BackupPaths::new(&job.backup_id).commit("Tbl", "r0000"),
+                &record,
+                Vec::new(),
+            )
+            .await
+            .unwrap();
+    });
+    let opts = quick_watch(std::time::Duration::from_secs(3600));
+    let report = enqueue_and_watch(&f.location, f.job.clone(), &opts)
+        .await
+        .unwrap();
+    worker.await.unwrap();
+    assert_eq!(report.status, JobStatus::Complete);
+    assert_eq!(f.queue.texts().len(), 1);
+    assert!(store.exists(&paths.enqueued_marker()).await.unwrap());
+    assert!(store.exists(&paths.manifest()).await.unwrap());
 }
