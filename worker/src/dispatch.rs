@@ -19,7 +19,7 @@ use tracing::Instrument;
 
 use crate::attempt::backup::{BackupAttempt, BackupOutcome, Splitting};
 use crate::attempt::restore::{RestoreAttempt, RestoreOutcome};
-use crate::beats::{HEARTBEAT_PERIOD, IDLE_GRACE};
+use crate::beats::{Beats, HEARTBEAT_PERIOD, IDLE_GRACE};
 use crate::fleet::{FleetShare, IDLE_METADATA};
 use crate::lease::Lease;
 use crate::limiter::AdaptiveLimit;
@@ -324,9 +324,8 @@ impl Worker {
             return;
         }
         let beat = format!("{}{}", resolved.heartbeats, blob_safe(&self.identity));
-        let working = format!("{}/{beat}", store.container());
-        let first = self.beats.task_started(&working);
-        let heartbeat = Heartbeat::start(store.clone(), beat.clone(), &task, &self.identity, first);
+        // Beats until dropped: at the end, or on an early return below.
+        let heartbeat = Heartbeat::start(&self.beats, store.clone(), beat, &task, &self.identity);
         let outcome = match &resolved.work {
             Work::Backup {
                 job,
@@ -430,19 +429,8 @@ impl Worker {
                 outcome.map(|_| ())
             }
         };
-        heartbeat.stop();
         settler.settle(lease, outcome, &message, poison).await;
-        if let Some(generation) = self.beats.task_ended(&working) {
-            // Unless another task of the job comes soon, the other workers' next listing
-            // stops counting this one, so they take its share of the account (`fleet`).
-            let (beats, identity) = (self.beats.clone(), self.identity.clone());
-            tokio::spawn(async move {
-                tokio::time::sleep(IDLE_GRACE).await;
-                if beats.still_idle(&working, generation) {
-                    Heartbeat::idle(&store, &beat, &identity).await;
-                }
-            });
-        }
+        drop(heartbeat);
     }
 }
 
@@ -461,17 +449,31 @@ fn blob_safe(identity: &str) -> String {
 }
 
 /// Rewrites a blob next to the job while an attempt runs: a watcher that sees it change
-/// knows someone is working on the job even when no task finishes for a while.
-struct Heartbeat(tokio::task::JoinHandle<()>);
+/// knows someone is working on the job even when no task finishes for a while, and the
+/// other workers count this one in their share of the account (`fleet`). Dropped, it
+/// stops; if the worker then has no task of the job in flight and none starts within
+/// [`IDLE_GRACE`], it marks the heartbeat idle, so the others take its share.
+struct Heartbeat {
+    beating: tokio::task::JoinHandle<()>,
+    beats: Beats,
+    /// The heartbeat's container and path, the key of `beats`.
+    working: String,
+    store: Store,
+    path: String,
+    worker: String,
+}
 
 impl Heartbeat {
-    /// `now`: the worker's heartbeat of the job is due (see `beats`): the first beat
-    /// tells the other workers at once that one more shares the account (`fleet`).
+    /// Writes at once if the worker's heartbeat of the job is due (see `beats`): a
+    /// first beat tells the other workers at once that one more shares the account.
     /// Otherwise the task beats first after a period: one that ends sooner says so by
     /// its record.
-    fn start(store: Store, path: String, task: &TaskMessage, worker: &str, now: bool) -> Self {
+    fn start(beats: &Beats, store: Store, path: String, task: &TaskMessage, worker: &str) -> Self {
+        let working = format!("{}/{path}", store.container());
+        let now = beats.task_started(&working);
         let beat = serde_json::json!({ "worker": worker, "table": task.table, "task": task.task });
-        Heartbeat(tokio::spawn(async move {
+        let (writer, at) = (store.clone(), path.clone());
+        let beating = tokio::spawn(async move {
             let mut first = now;
             loop {
                 if !std::mem::take(&mut first) {
@@ -479,29 +481,48 @@ impl Heartbeat {
                 }
                 let mut beat = beat.clone();
                 beat["at"] = tablevault_core::protocol::now_rfc3339().into();
-                if let Err(e) = store.overwrite(&path, &beat).await {
+                if let Err(e) = writer.overwrite(&at, &beat).await {
                     tracing::debug!(error = %e, "could not write a heartbeat");
                 }
             }
-        }))
-    }
-
-    fn stop(self) {
-        self.0.abort();
-    }
-
-    /// Says this worker has no task of the job in flight any more. (Should another task
-    /// start meanwhile, its first beat or its next one says otherwise.)
-    async fn idle(store: &Store, path: &str, worker: &str) {
-        let beat = serde_json::json!({
-            "worker": worker,
-            "idle": true,
-            "at": tablevault_core::protocol::now_rfc3339(),
         });
-        let metadata = vec![(IDLE_METADATA.to_string(), "1".to_string())];
-        if let Err(e) = store.overwrite_with(path, &beat, metadata).await {
-            tracing::debug!(error = %e, "could not write an idle heartbeat");
+        Heartbeat {
+            beating,
+            beats: beats.clone(),
+            working,
+            store,
+            path,
+            worker: worker.to_string(),
         }
+    }
+}
+
+impl Drop for Heartbeat {
+    fn drop(&mut self) {
+        self.beating.abort();
+        let Some(generation) = self.beats.task_ended(&self.working) else {
+            return;
+        };
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let (beats, working) = (self.beats.clone(), self.working.clone());
+        let (store, path, worker) = (self.store.clone(), self.path.clone(), self.worker.clone());
+        runtime.spawn(async move {
+            tokio::time::sleep(IDLE_GRACE).await;
+            if !beats.still_idle(&working, generation) {
+                return;
+            }
+            let beat = serde_json::json!({
+                "worker": worker,
+                "idle": true,
+                "at": tablevault_core::protocol::now_rfc3339(),
+            });
+            let metadata = vec![(IDLE_METADATA.to_string(), "1".to_string())];
+            if let Err(e) = store.overwrite_with(&path, &beat, metadata).await {
+                tracing::debug!(error = %e, "could not write an idle heartbeat");
+            }
+        });
     }
 }
 

@@ -432,4 +432,48 @@ mod tests {
             }
         }
     }
+    /// A task handed on before it ran (no credentials for its account) stops its
+    /// heartbeat and, the worker having nothing else of the job, marks it idle.
+    #[tokio::test(start_paused = true)]
+    async fn a_task_handed_on_early_leaves_its_heartbeat_idle_and_quiet() {
+        use tablevault_core::store::BackupPaths;
+        let queue = Arc::new(MemoryQueue::new("q"));
+        let blobs = Arc::new(MemoryBlobs::new("c"));
+        let store = Store::new(blobs.clone());
+        let task = planted_restore(&store, JobStatus::InProgress).await;
+        let TaskKind::Restore { restore, .. } = &task.kind else {
+            unreachable!()
+        };
+        let root = BackupPaths::new(&task.job).restore_heartbeats_root(restore);
+        let stores = store.clone();
+        let backends = WorkerBackends {
+            queue: queue.clone(),
+            lease_queue: queue.clone(),
+            poison: Arc::new(MemoryQueue::new("q-poison")),
+            store_for: Arc::new(move |_| Ok(stores.clone())),
+        };
+        let mut config = WorkerConfig::new(StorageAccount::emulator(), "q");
+        config.max_poll_interval = Duration::from_millis(200);
+        let worker = Worker::with_backends(config, Arc::new(WorkerStats::default()), backends);
+        queue.put(&task.encode(), None).await.unwrap();
+        let stop = CancellationToken::new();
+        let run = tokio::spawn(worker.run(stop.clone()));
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        stop.cancel();
+        run.await.unwrap().unwrap();
+        tokio::time::sleep(crate::beats::IDLE_GRACE + Duration::from_secs(1)).await;
+        let beats = store.blobs().list(&root, None).await.unwrap().blobs;
+        assert_eq!(beats.len(), 1, "{beats:?}");
+        assert_eq!(
+            beats[0]
+                .metadata
+                .get(crate::fleet::IDLE_METADATA)
+                .map(String::as_str),
+            Some("1"),
+            "marked idle"
+        );
+        let writes = blobs.calls(Op::PutBlob);
+        tokio::time::sleep(Duration::from_secs(120)).await;
+        assert_eq!(blobs.calls(Op::PutBlob), writes, "nothing beats any more");
+    }
 }
