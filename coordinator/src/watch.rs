@@ -190,7 +190,11 @@ pub(crate) async fn watch(
     let store = location.store()?;
     let store = &store;
     let mut workers = match &opts.workers {
-        Some(w) => Some(w.start(location, job_id)?),
+        Some(w) => {
+            // Their records need not be read back while their ETags stand.
+            tablevault_core::store::remember_created_records();
+            Some(w.start(location, job_id)?)
+        }
         None => None,
     };
     let stats = workers.as_ref().map(|w| w.stats());

@@ -21,6 +21,7 @@ pub use paths::BackupPaths;
 pub use reader::decode_checked;
 pub use storage::BlobStorage;
 pub use writer::BlockWriter;
+pub use written::remember_from_now as remember_created_records;
 
 use crate::format::{Compression, DecodedBlock};
 use crate::protocol::{
@@ -405,6 +406,7 @@ mod tests {
 
     #[tokio::test]
     async fn records_this_process_created_are_listed_without_reads_until_rewritten() {
+        remember_created_records();
         let blobs = Arc::new(MemoryBlobs::new("c").with_scope("memory://listed-records"));
         let store = Store::new(blobs.clone());
         for task in ["r0", "r1", "r2"] {

@@ -1,11 +1,13 @@
 //! Records this process created, by container URL, path and ETag. A coordinator with
 //! in-process workers lists the commit records they have just written; reading each back
-//! is one request per task, a good part of a backup of many small tables. A listed ETag
+//! is one request per task, a good part of a backup of many small tables. Only a process
+//! that watches with in-process workers remembers ([`remember_from_now`]). A listed ETag
 //! equal to the one our own create returned means the blob still holds exactly the bytes
 //! we sent (every write changes the ETag), so those are used; anything else is read.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use bytes::Bytes;
 
@@ -23,6 +25,15 @@ struct Written {
 
 static WRITTEN: Mutex<Option<Written>> = Mutex::new(None);
 
+/// Whether anything in this process reads records back (a coordinator's watch): a worker
+/// daemon alone never does, and keeps nothing.
+static WANTED: AtomicBool = AtomicBool::new(false);
+
+/// From now on, records this process creates are remembered (see the module).
+pub fn remember_from_now() {
+    WANTED.store(true, Ordering::Relaxed);
+}
+
 /// The same ETag as the service quotes it in headers and in listings.
 fn normalized(etag: &str) -> &str {
     etag.trim_start_matches("W/").trim_matches('"')
@@ -31,7 +42,7 @@ fn normalized(etag: &str) -> &str {
 /// Remembers that `path` in `container` (its URL) was created with `body` and got `etag`.
 pub(crate) fn remember(container: &str, path: &str, etag: &str, body: Bytes) {
     let etag = normalized(etag);
-    if etag.is_empty() || body.len() > BUDGET_BYTES / 16 {
+    if !WANTED.load(Ordering::Relaxed) || etag.is_empty() || body.len() > BUDGET_BYTES / 16 {
         return;
     }
     let mut guard = WRITTEN.lock().expect("written lock");
@@ -69,6 +80,7 @@ mod tests {
 
     #[test]
     fn only_the_same_etag_recalls_and_the_budget_holds() {
+        remember_from_now();
         remember("c-written", "a.json", "\"0x1\"", Bytes::from_static(b"one"));
         assert_eq!(
             recall("c-written", "a.json", "0x1").as_deref(),
