@@ -219,6 +219,9 @@ impl MemoryBlobs {
         if options.if_none_match && blobs.contains_key(name) {
             return Err(service("Put Blob", 409, "BlobAlreadyExists"));
         }
+        if options.if_exists && !blobs.contains_key(name) {
+            return Err(service("Put Blob", 412, "ConditionNotMet"));
+        }
         let etag = blobs.values().map(|b| b.etag).max().unwrap_or(0) + 1;
         blobs.insert(
             name.to_string(),

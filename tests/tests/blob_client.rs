@@ -31,6 +31,7 @@ async fn a_blob_of_several_blocks_reads_back_block_by_block() {
         ],
         content_type: Some("application/xml".into()),
         if_none_match: true,
+        if_exists: false,
     };
     c.put_block_list(name, &ids, &opts).await.unwrap();
     let err = c.put_block_list(name, &ids, &opts).await.unwrap_err();
@@ -161,4 +162,43 @@ async fn listings_carry_etags_that_change_with_every_write() {
         .unwrap();
     let second = etag(&c.list_all(&Default::default()).await.unwrap());
     assert!(!first.is_empty() && first != second, "{first} {second}");
+}
+
+/// `If-Match: *` replaces a blob that exists and never creates one (how an idle
+/// heartbeat avoids bringing back a blob under a job that was removed); a listing's ETag
+/// is the one the write returned (how a coordinator knows a record it created).
+#[tokio::test]
+async fn replace_only_writes_never_create_and_listings_show_the_written_etag() {
+    let env = TestEnv::start().await;
+    let c = BlobClient::new(&env.account, &unique_lower("ifm")).unwrap();
+    c.create_container().await.unwrap();
+    let replace = tablevault_azure::blob::PutOptions {
+        if_exists: true,
+        ..Default::default()
+    };
+    let err = c
+        .put_blob("missing", Bytes::from_static(b"x"), &replace)
+        .await
+        .unwrap_err();
+    assert!(matches!(err.status(), Some(404 | 412)), "{err}");
+    assert!(c.get_if_exists("missing").await.unwrap().is_none());
+    let written = c
+        .put_blob("here", Bytes::from_static(b"1"), &Default::default())
+        .await
+        .unwrap();
+    let listed = c.list_all(&Default::default()).await.unwrap().blobs[0]
+        .etag
+        .clone();
+    assert_eq!(
+        written.trim_matches('"'),
+        listed.trim_matches('"'),
+        "the same ETag, quotes aside"
+    );
+    c.put_blob("here", Bytes::from_static(b"2"), &replace)
+        .await
+        .unwrap();
+    assert_eq!(
+        c.get_if_exists("here").await.unwrap().as_deref(),
+        Some(&b"2"[..])
+    );
 }

@@ -518,8 +518,9 @@ impl Drop for Heartbeat {
                 "idle": true,
                 "at": tablevault_core::protocol::now_rfc3339(),
             });
+            // Only over the heartbeat as it is: the job may have been removed meanwhile.
             let metadata = vec![(IDLE_METADATA.to_string(), "1".to_string())];
-            if let Err(e) = store.overwrite_with(&path, &beat, metadata).await {
+            if let Err(e) = store.replace_existing(&path, &beat, metadata).await {
                 tracing::debug!(error = %e, "could not write an idle heartbeat");
             }
         });

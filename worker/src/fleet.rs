@@ -166,7 +166,7 @@ mod tests {
     async fn idle(store: &Store, root: &str, worker: &str) {
         let metadata = vec![(IDLE_METADATA.to_string(), "1".to_string())];
         store
-            .overwrite_with(&format!("{root}{worker}"), &serde_json::json!({}), metadata)
+            .replace_existing(&format!("{root}{worker}"), &serde_json::json!({}), metadata)
             .await
             .unwrap();
     }

@@ -432,10 +432,10 @@ mod tests {
             }
         }
     }
-    /// A task handed on before it ran (no credentials for its account) stops its
-    /// heartbeat and, the worker having nothing else of the job, marks it idle.
-    #[tokio::test(start_paused = true)]
-    async fn a_task_handed_on_early_leaves_its_heartbeat_idle_and_quiet() {
+    /// Runs a worker on fakes over a live restore's task that it hands on before
+    /// running it (it holds no credentials for the target), then stops it. Returns the
+    /// blobs, the store and where the restore's heartbeats are.
+    async fn a_task_handed_on() -> (Arc<MemoryBlobs>, Store, String) {
         use tablevault_core::store::BackupPaths;
         let queue = Arc::new(MemoryQueue::new("q"));
         let blobs = Arc::new(MemoryBlobs::new("c"));
@@ -461,6 +461,14 @@ mod tests {
         tokio::time::sleep(Duration::from_millis(500)).await;
         stop.cancel();
         run.await.unwrap().unwrap();
+        (blobs, store, root)
+    }
+
+    /// A task handed on before it ran stops its heartbeat and, the worker having
+    /// nothing else of the job, marks it idle.
+    #[tokio::test(start_paused = true)]
+    async fn a_task_handed_on_early_leaves_its_heartbeat_idle_and_quiet() {
+        let (blobs, store, root) = a_task_handed_on().await;
         tokio::time::sleep(crate::beats::IDLE_GRACE + Duration::from_secs(1)).await;
         let beats = store.blobs().list(&root, None).await.unwrap().blobs;
         assert_eq!(beats.len(), 1, "{beats:?}");
@@ -475,5 +483,16 @@ mod tests {
         let writes = blobs.calls(Op::PutBlob);
         tokio::time::sleep(Duration::from_secs(120)).await;
         assert_eq!(blobs.calls(Op::PutBlob), writes, "nothing beats any more");
+    }
+
+    /// A job removed (prune, forget) before the idle mark is due gets no heartbeat back.
+    #[tokio::test(start_paused = true)]
+    async fn an_idle_mark_never_brings_back_a_removed_heartbeat() {
+        let (_, store, root) = a_task_handed_on().await;
+        let beats = store.list_names(&root).await.unwrap();
+        assert_eq!(beats.len(), 1, "beating while it ran");
+        store.delete(&beats[0]).await.unwrap();
+        tokio::time::sleep(crate::beats::IDLE_GRACE + Duration::from_secs(1)).await;
+        assert!(store.list_names(&root).await.unwrap().is_empty());
     }
 }

@@ -24,6 +24,8 @@ pub struct PutOptions {
     pub content_type: Option<String>,
     /// Create only: fail with `409 BlobAlreadyExists` if the blob exists (`If-None-Match: *`).
     pub if_none_match: bool,
+    /// Replace only: fail with `412` (or `404`) if the blob does not exist (`If-Match: *`).
+    pub if_exists: bool,
 }
 
 impl PutOptions {
@@ -404,6 +406,9 @@ fn apply_put_options(
 ) -> Request {
     if options.if_none_match {
         req = req.header("if-none-match", "*");
+    }
+    if options.if_exists {
+        req = req.header("if-match", "*");
     }
     if let Some(ct) = &options.content_type {
         req = req.header(content_type_header, ct);

@@ -122,6 +122,7 @@ impl Store {
             metadata,
             content_type: Some("application/json".into()),
             if_none_match: true,
+            if_exists: false,
         };
         let body = json(value);
         let err = match self.blobs.put_blob(path, body.clone(), &options).await {
@@ -154,23 +155,34 @@ impl Store {
 
     /// Writes a JSON record, replacing any earlier version (reports).
     pub async fn overwrite<T: Serialize>(&self, path: &str, value: &T) -> Result<()> {
-        self.overwrite_with(path, value, Vec::new()).await
-    }
-
-    /// [`Store::overwrite`] with blob metadata (seen in listings without a read).
-    pub async fn overwrite_with<T: Serialize>(
-        &self,
-        path: &str,
-        value: &T,
-        metadata: Vec<(String, String)>,
-    ) -> Result<()> {
         let options = PutOptions {
-            metadata,
             content_type: Some("application/json".into()),
             ..PutOptions::default()
         };
         self.blobs.put_blob(path, json(value), &options).await?;
         Ok(())
+    }
+
+    /// Rewrites a JSON record only if it exists (`If-Match: *`), with blob metadata
+    /// (seen in listings without a read); `false` if it does not (deleted meanwhile: a
+    /// late write must not bring back a blob under a job that was removed).
+    pub async fn replace_existing<T: Serialize>(
+        &self,
+        path: &str,
+        value: &T,
+        metadata: Vec<(String, String)>,
+    ) -> Result<bool> {
+        let options = PutOptions {
+            metadata,
+            content_type: Some("application/json".into()),
+            if_exists: true,
+            ..PutOptions::default()
+        };
+        match self.blobs.put_blob(path, json(value), &options).await {
+            Ok(_) => Ok(true),
+            Err(e) if matches!(e.status(), Some(404 | 412)) => Ok(false),
+            Err(e) => Err(e.into()),
+        }
     }
 
     /// Writes a small marker blob (replacing any earlier one).
@@ -435,6 +447,22 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(plain.calls(Op::Get), 1);
+    }
+
+    #[tokio::test]
+    async fn replacing_never_creates() {
+        let (blobs, store) = store();
+        let meta = || vec![("k".to_string(), "v".to_string())];
+        assert!(!store.replace_existing("gone", &"x", meta()).await.unwrap());
+        assert!(blobs.blob("gone").is_none());
+        store.overwrite("here", &"old").await.unwrap();
+        assert!(
+            store
+                .replace_existing("here", &"new", meta())
+                .await
+                .unwrap()
+        );
+        assert_eq!(store.read::<String>("here").await.unwrap().unwrap(), "new");
     }
 
     #[tokio::test]

@@ -160,6 +160,7 @@ impl BlockWriter {
             ],
             content_type: Some("application/vnd.tablevault.blocks".into()),
             if_none_match: false,
+            if_exists: false,
         };
         match self.held.take() {
             Some((_, data)) => self.blobs.put_blob(&name, data, &options).await?,
