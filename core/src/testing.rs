@@ -117,6 +117,27 @@ impl Recorder {
     }
 }
 
+/// A commit record of an empty whole-table range with no blobs: a task as done as it
+/// can be, for tests of what watches records.
+pub fn empty_commit(job: &str, table: &str, task: &str) -> crate::protocol::CommitRecord {
+    crate::protocol::CommitRecord {
+        format: crate::format::FORMAT_VERSION,
+        job: job.into(),
+        table: table.into(),
+        task: task.into(),
+        attempt: "a".into(),
+        range: crate::keys::KeyRange::all(),
+        entities: 0,
+        raw_bytes: 0,
+        stored_bytes: 0,
+        blobs: Vec::new(),
+        started_at: String::new(),
+        finished_at: String::new(),
+        worker: String::new(),
+        split_off: Vec::new(),
+    }
+}
+
 /// A reset connection: the request may or may not have been applied.
 pub fn reset(op: &'static str) -> Error {
     Error::Transport {

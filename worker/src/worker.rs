@@ -326,9 +326,7 @@ mod tests {
     /// A restore's plan and the commit record it reads, in `blobs`; returns its task.
     async fn planted_restore(store: &Store, status: JobStatus) -> TaskMessage {
         use tablevault_core::format::{Compression, FORMAT_VERSION};
-        use tablevault_core::protocol::{
-            AccountRef, CommitRecord, RestoreJob, RestoreMode, RestoreStateRecord,
-        };
+        use tablevault_core::protocol::{AccountRef, RestoreJob, RestoreMode, RestoreStateRecord};
         use tablevault_core::store::BackupPaths;
         let (backup, restore) = ("20200101T000000Z-backup01", "20200101T000000Z-restor01");
         let paths = BackupPaths::new(backup);
@@ -351,22 +349,7 @@ mod tests {
             .overwrite(&paths.restore_job(restore), &job)
             .await
             .unwrap();
-        let commit = CommitRecord {
-            format: FORMAT_VERSION,
-            job: backup.into(),
-            table: "Src".into(),
-            task: "r0000".into(),
-            attempt: "a".into(),
-            range: KeyRange::all(),
-            entities: 0,
-            raw_bytes: 0,
-            stored_bytes: 0,
-            blobs: Vec::new(),
-            started_at: String::new(),
-            finished_at: String::new(),
-            worker: String::new(),
-            split_off: Vec::new(),
-        };
+        let commit = tablevault_core::testing::empty_commit(backup, "Src", "r0000");
         store
             .overwrite(&paths.commit("Src", "r0000"), &commit)
             .await

@@ -4,8 +4,8 @@
 use std::sync::Arc;
 
 use tablevault_core::keys::KeyRange;
-use tablevault_core::protocol::{CommitRecord, PoisonRecord, TablePlan};
-use tablevault_core::testing::{MemoryBlobs, MemoryQueue, Op, Strike, busy};
+use tablevault_core::protocol::{PoisonRecord, TablePlan};
+use tablevault_core::testing::{MemoryBlobs, MemoryQueue, Op, Strike, busy, empty_commit};
 use tokio_util::sync::CancellationToken;
 
 use super::*;
@@ -273,22 +273,7 @@ async fn a_job_enqueued_while_watched_is_marked_enqueued_when_it_completes() {
         while queue.texts().is_empty() {
             tokio::time::sleep(std::time::Duration::from_millis(50)).await;
         }
-        let record = CommitRecord {
-            format: FORMAT_VERSION,
-            job: job.backup_id.clone(),
-            table: "Tbl".into(),
-            task: "r0000".into(),
-            attempt: "a".into(),
-            range: KeyRange::all(),
-            entities: 0,
-            raw_bytes: 0,
-            stored_bytes: 0,
-            blobs: Vec::new(),
-            started_at: now_rfc3339(),
-            finished_at: now_rfc3339(),
-            worker: "w".into(),
-            split_off: Vec::new(),
-        };
+        let record = empty_commit(&job.backup_id, "Tbl", "r0000");
         let store = location.store().unwrap();
         store
             .create(

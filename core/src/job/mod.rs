@@ -175,20 +175,10 @@ mod tests {
 
     fn commit(task: &str, range: KeyRange, split_off: Vec<PlannedTask>) -> CommitRecord {
         CommitRecord {
-            format: FORMAT_VERSION,
-            job: "j".into(),
-            table: "T".into(),
-            task: task.into(),
-            attempt: "a".into(),
             range,
             entities: 1,
-            raw_bytes: 0,
-            stored_bytes: 0,
-            blobs: Vec::new(),
-            started_at: String::new(),
-            finished_at: String::new(),
-            worker: String::new(),
             split_off,
+            ..crate::testing::empty_commit("j", "T", task)
         }
     }
 
