@@ -513,7 +513,8 @@ async fn find_ceiling(
 }
 
 /// Bisects a dimension by value between `lo` and `hi` (both exclusive), returning the
-/// first value found at or above a point (the first `share` of the way, then midpoints). `None` when every probe came back empty.
+/// first value found at or above a point (the first `share` of the way, then
+/// midpoints). `None` when every probe came back empty.
 async fn bisect(
     p: &mut Prober<'_>,
     dim: &Dimension<'_>,
@@ -562,10 +563,10 @@ const MIN_SHARE: f64 = 0.2;
 /// `read_span` of the key space and the new task end with about as many entities each,
 /// if keys are as dense in the `rest_span` that remains. A half when the density is
 /// unknown; `None` when the remainder is estimated too small to split.
-pub fn balanced_share(read: Option<u64>, read_span: f64, rest_span: f64) -> Option<f64> {
-    let Some(read) = read.filter(|_| read_span > 0.0 && rest_span.is_finite()) else {
+pub fn balanced_share(read: u64, read_span: f64, rest_span: f64) -> Option<f64> {
+    if !(read_span > 0.0 && rest_span.is_finite()) {
         return Some(0.5);
-    };
+    }
     let rest = read as f64 * rest_span / read_span;
     if rest < MIN_SPLIT_ENTITIES as f64 {
         return None;
@@ -580,7 +581,7 @@ fn cut_share(read: Option<(&str, u64)>, hi: Option<&str>, reached: &str) -> Opti
     match read {
         Some((from, entities)) => {
             let at = fraction(from, hi, reached);
-            balanced_share(Some(entities), at, 1.0 - at)
+            balanced_share(entities, at, 1.0 - at)
         }
         None => Some(0.5),
     }

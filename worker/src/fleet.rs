@@ -42,7 +42,8 @@ struct Seen {
     /// whether it is marked idle.
     beats: HashMap<String, (String, Instant, bool)>,
     live: usize,
-    growing: bool,
+    /// Whether that listing found heartbeats appearing or turning idle or busy.
+    changing: bool,
 }
 
 /// The live workers of each job, from listings of their heartbeats.
@@ -61,7 +62,7 @@ impl FleetWatch {
             let jobs = self.jobs.lock().expect("fleet lock");
             match jobs.get(&key) {
                 Some(s) => {
-                    let period = if s.growing {
+                    let period = if s.changing {
                         GROWING_PERIOD
                     } else {
                         LISTING_PERIOD
@@ -83,19 +84,19 @@ impl FleetWatch {
             }
         };
         let now = Instant::now();
-        let mut growing = false;
+        let mut changing = false;
         for blob in page.blobs {
             let is_idle = blob.metadata.get(IDLE_METADATA).is_some_and(|v| v == "1");
             match beats.get_mut(&blob.name) {
                 Some((etag, changed, idle)) if *etag != blob.etag => {
-                    growing |= *idle != is_idle;
+                    changing |= *idle != is_idle;
                     *etag = blob.etag;
                     *changed = now;
                     *idle = is_idle;
                 }
                 Some(_) => {}
                 None => {
-                    growing = true;
+                    changing = true;
                     beats.insert(blob.name, (blob.etag, now, is_idle));
                 }
             }
@@ -111,7 +112,7 @@ impl FleetWatch {
                 at: now,
                 beats,
                 live,
-                growing,
+                changing,
             },
         );
         Some(live)

@@ -135,7 +135,7 @@ impl AdaptiveLimit {
     /// the account together and then settle low. No effect on the emulator, which has
     /// no target.
     pub fn set_fleet_size(&self, workers: usize) {
-        if self.partition_rate.is_some() {
+        if self.paces_partitions() {
             self.pacer
                 .set_ceiling(ACCOUNT_BUDGET / workers.max(1) as f64);
         }

@@ -192,7 +192,7 @@ async fn scan(
                     // partition is not cut (the product's `find_split` rule then).
                     let one_partition =
                         e.table.partition_of(cursor) == e.table.partition_of(hi - 1);
-                    match balanced_share(Some(read), read as f64, (hi - cursor) as f64) {
+                    match balanced_share(read, read as f64, (hi - cursor) as f64) {
                         Some(share) if !one_partition && !e.queue_has_waiting().await => {
                             e.round_trips(SPLIT_PROBES).await;
                             Some(e.table.split_point_at(cursor, hi, share))

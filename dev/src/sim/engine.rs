@@ -118,8 +118,6 @@ pub(crate) struct Worker {
     pub pacer: Option<RefCell<Pacer>>,
     /// Tasks in flight (a worker with one heartbeats).
     busy: Cell<usize>,
-    /// When it last started or ended a task (its heartbeat changes while it works).
-    last_busy: Cell<Option<Instant>>,
     /// Its last listing of the fleet's heartbeats: when, how many live, and whether
     /// that count had changed.
     fleet_view: Cell<Option<(Instant, usize, bool)>>,
@@ -142,7 +140,6 @@ impl Worker {
             limiter: AdaptiveLimit::with_pacer(initial, min, max, account, Some(PARTITION_RATE)),
             pacer,
             busy: Cell::new(0),
-            last_busy: Cell::new(None),
             fleet_view: Cell::new(None),
         }
     }
@@ -154,6 +151,17 @@ impl Worker {
         (0..cfg.workers.max(1))
             .map(|_| Rc::new(Worker::new(cfg, Instant::now(), phases.unit(), entities)))
             .collect()
+    }
+}
+
+impl Worker {
+    /// Whether its last fleet listing is old enough to list again: `GROWING_S` while
+    /// the count was changing, else `LISTING_S` (or there was none).
+    fn fleet_listing_due(&self) -> bool {
+        self.fleet_view.get().is_none_or(|(at, _, changing)| {
+            let period = if changing { GROWING_S } else { LISTING_S };
+            Instant::now().duration_since(at) >= Duration::from_secs(period)
+        })
     }
 }
 
@@ -284,13 +292,11 @@ impl<T: 'static> Engine<T> {
                 Some(m) => {
                     idle = Duration::from_millis(100);
                     worker.busy.set(worker.busy.get() + 1);
-                    worker.last_busy.set(Some(Instant::now()));
                     if self.cfg.policy == Policy::Product {
                         self.look_at_fleet(&worker).await;
                     }
                     run(worker.clone(), m).await;
                     worker.busy.set(worker.busy.get() - 1);
-                    worker.last_busy.set(Some(Instant::now()));
                 }
                 None => {
                     sleep(idle).await;
@@ -307,12 +313,8 @@ impl<T: 'static> Engine<T> {
     /// task in flight: its heartbeat is written at once when it starts one with none
     /// other in flight, and marked idle when its last one ends.
     async fn look_at_fleet(&self, worker: &Worker) {
-        let now = Instant::now();
-        if let Some((at, _, changing)) = worker.fleet_view.get() {
-            let period = if changing { GROWING_S } else { LISTING_S };
-            if now.duration_since(at) < Duration::from_secs(period) {
-                return;
-            }
+        if !worker.fleet_listing_due() {
+            return;
         }
         let latency = self.service.borrow_mut().latency();
         sleep(latency).await;
@@ -460,11 +462,7 @@ impl<T: 'static> Engine<T> {
             // when the last is old enough), so a long task follows a changing fleet.
             if self.cfg.policy == Policy::Product && tick.is_multiple_of(GROWING_S) {
                 for w in workers.iter().filter(|w| w.busy.get() > 0) {
-                    let due = w.fleet_view.get().is_none_or(|(at, _, changing)| {
-                        let period = if changing { GROWING_S } else { LISTING_S };
-                        Instant::now().duration_since(at) >= Duration::from_secs(period)
-                    });
-                    if due {
+                    if w.fleet_listing_due() {
                         self.fleet_listed(w);
                     }
                 }
