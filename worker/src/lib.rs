@@ -29,7 +29,7 @@ use tokio_util::sync::CancellationToken;
 pub use accounts::AccountSet;
 pub use jobs::StoreFactory;
 pub use tablevault_core::stats::WorkerStats;
-pub use worker::{Worker, WorkerBackends, WorkerConfig};
+pub use worker::{MAX_POLL_INTERVAL, Worker, WorkerBackends, WorkerConfig};
 
 /// How a task attempt ended when it did not succeed.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -174,13 +174,18 @@ impl RatePacer {
             return;
         }
         let mut s = self.state.lock().expect("pacer lock");
+        let before = s.ceiling;
         s.ceiling = rate.clamp(self.config.min, self.config.max);
         if s.slow_start {
             // Never throttled: the share is a known-safe rate, so start there instead of
             // probing up to it.
             s.rate = s.ceiling;
         } else {
-            s.rate = s.rate.min(s.ceiling);
+            // Backed off: keep the same fraction of the share. When workers leave, the
+            // ones left take over their share at once, so the fleet's rate holds,
+            // instead of regaining it through additive growth (minutes at 64 workers);
+            // when workers join, the backed-off rate shrinks with the share.
+            s.rate = (s.rate * s.ceiling / before).clamp(self.config.min, s.ceiling);
         }
     }
 
@@ -380,6 +385,24 @@ mod tests {
             (sent as f64) <= recovered * 10.0 + 200.0,
             "{sent} in 10 s at most {recovered}/s"
         );
+    }
+
+    #[test]
+    fn a_share_that_changes_moves_a_backed_off_rate_in_proportion() {
+        let p = RatePacer::new(PacerConfig::account(), Some(0.0));
+        p.set_ceiling(1_000.0);
+        assert_eq!(p.rate(), 1_000.0, "never throttled: starts at its share");
+        p.throttled();
+        assert!((p.rate() - 700.0).abs() < 1e-6);
+        // Half the workers left: twice the share, and the same 70% of it.
+        p.set_ceiling(2_000.0);
+        assert!((p.rate() - 1_400.0).abs() < 1e-6, "{}", p.rate());
+        // Four times as many joined: a quarter of the share, still 70% of it.
+        p.set_ceiling(500.0);
+        assert!((p.rate() - 350.0).abs() < 1e-6, "{}", p.rate());
+        // Never below the pacer's floor.
+        p.set_ceiling(50.0);
+        assert_eq!(p.rate(), 100.0);
     }
 
     #[tokio::test(start_paused = true)]

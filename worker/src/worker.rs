@@ -52,6 +52,13 @@ pub struct WorkerConfig {
     pub health: Arc<Health>,
 }
 
+/// The longest wait between polls of an empty queue, by default. Short: as a job
+/// starts, work reaches idle workers only as running tasks split, and a task splits
+/// again only once its last split-off part was claimed, so workers that poll slowly slow
+/// the whole fleet's ramp-up (README, "Simulation at Azure's limits"). An idle poll per
+/// second costs little.
+pub const MAX_POLL_INTERVAL: Duration = Duration::from_secs(1);
+
 /// How long a message is claimed for before its lease extends it: short, so the tasks of
 /// a Get Messages answer that was lost reappear within seconds.
 const CLAIM_VISIBILITY: Duration = Duration::from_secs(15);
@@ -71,7 +78,7 @@ impl WorkerConfig {
             targets: AccountSet::default(),
             concurrency: 4,
             visibility: Duration::from_secs(60),
-            max_poll_interval: Duration::from_secs(5),
+            max_poll_interval: MAX_POLL_INTERVAL,
             only_job: None,
             client_options: ClientOptions::default(),
             shutdown_grace: Duration::ZERO,
