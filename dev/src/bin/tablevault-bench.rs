@@ -7,7 +7,7 @@ use clap::{Args, Parser, Subcommand};
 use tablevault_dev::bench::{
     BenchOptions, ShapeOptions, run_backup_bench, run_restore_bench, run_shape_bench,
 };
-use tablevault_dev::sim::{Policy, SimOptions};
+use tablevault_dev::sim::{Plan, Policy, SimOptions};
 
 /// Measures tablevault on a local Azurite (installed and started by the harness).
 #[derive(Parser, Debug)]
@@ -47,6 +47,11 @@ struct Simulate {
     /// Policies (comma-separated): `product` (as built) and `paced` (prototype).
     #[arg(long, value_delimiter = ',', default_value = "product,paced")]
     policy: Vec<Policy>,
+    /// Backup plans (comma-separated): `first` (one task per table, as the product
+    /// plans a table's first backup), `repeat` (equal-count ranges from the last
+    /// backup, as it plans the next ones) and `probed` (`--ranges`: equal key spans).
+    #[arg(long, value_delimiter = ',', default_value = "first,repeat")]
+    plan: Vec<Plan>,
     /// Tasks each worker runs at once.
     #[arg(long, default_value_t = 4)]
     tasks_per_worker: usize,
@@ -78,6 +83,7 @@ impl From<Simulate> for SimOptions {
             partitions: s.partitions,
             workers: s.workers,
             policies: s.policy,
+            plans: s.plan,
             tasks_per_worker: s.tasks_per_worker,
             batches_in_flight: s.batches_in_flight,
             split_after: s.split_after,

@@ -12,7 +12,9 @@ use tokio::time::Instant;
 use super::engine::{Engine, Msg, Worker, paused_runtime};
 use super::pacer::Pacer;
 use super::table::{Rng, Table};
-use super::{BackupDetails, Policy, RunReport, SimConfig, SplitRule};
+use super::{BackupDetails, Plan, Policy, RunReport, SimConfig, SplitRule};
+use tablevault_coordinator::backup::default_ranges;
+use tablevault_coordinator::plan::previous::MIN_TASK_ENTITIES;
 
 /// A range task: entities `lo..hi`.
 #[derive(Debug, Clone, Copy)]
@@ -46,7 +48,18 @@ pub fn simulate_backup(cfg: &SimConfig) -> RunReport {
 async fn run(cfg: SimConfig) -> RunReport {
     let table = Table::synthetic(cfg.entities, cfg.partitions, cfg.seed);
     let n = table.entities();
-    let mut ranges = table.equal_span_ranges(cfg.ranges_per_worker.max(1) * cfg.workers.max(1));
+    let mut ranges = match cfg.plan {
+        Plan::First => vec![(0, n)],
+        Plan::Repeat => {
+            // The coordinator cuts at block starts; blocks are small enough next to
+            // these ranges that exact counts change nothing.
+            let tasks = (n / MIN_TASK_ENTITIES).clamp(1, default_ranges(0) as u64);
+            (0..tasks)
+                .map(|k| (k * n / tasks, (k + 1) * n / tasks))
+                .collect()
+        }
+        Plan::Probed => table.equal_span_ranges(cfg.ranges_per_worker.max(1) * cfg.workers.max(1)),
+    };
     // The coordinator enqueues in shuffled order.
     let mut rng = Rng::new(cfg.seed ^ 0x0bac_c0de);
     for i in (1..ranges.len()).rev() {

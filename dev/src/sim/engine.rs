@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tablevault_azure::{Error, RetryObserver};
+use tablevault_worker::MAX_POLL_INTERVAL;
 use tablevault_worker::limiter::AdaptiveLimit;
 use tablevault_worker::pacer::{PARTITION_RATE, PacerConfig, RatePacer};
 use tokio::sync::Notify;
@@ -300,7 +301,7 @@ impl<T: 'static> Engine<T> {
                 }
                 None => {
                     sleep(idle).await;
-                    idle = (idle * 2).min(Duration::from_secs(5));
+                    idle = (idle * 2).min(MAX_POLL_INTERVAL);
                 }
             }
         }
