@@ -1,8 +1,10 @@
 //! Backup speed by table shape: for each key shape, a fresh emulator is loaded with the
 //! same number of sample entities under that shape's keys, a sequential single-connection
-//! scan of all of it sets the baseline, and `tablevault backup --json` runs with the
-//! default planning (and, with `--compare`, with the old planning: probing for 8 ranges,
-//! no splitting), side by side in one run.
+//! scan of all of it sets the baseline, and `tablevault backup --json` runs twice with the
+//! default planning: a first backup (one task per table, split as the workers go) and a
+//! repeat into the same container (planned from the first one's block counts); with
+//! `--compare` also with the old planning (probing for 8 ranges, no splitting). All side
+//! by side in one run.
 
 use std::time::Instant;
 
@@ -48,7 +50,8 @@ const SHAPES: &[&str] = &[
 pub struct ShapeRun {
     /// Shape.
     pub shape: String,
-    /// `split` (default planning and splitting) or `probed` (the old planning).
+    /// `first` (a first backup), `repeat` (the next one, planned from the first) or
+    /// `probed` (the old planning).
     pub planning: String,
     /// Entities backed up.
     pub entities: u64,
@@ -186,14 +189,38 @@ async fn load(
     Ok(tables)
 }
 
+/// How a measured backup is planned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Variant {
+    /// The old planning: 8 probed ranges, no splitting (`--compare`).
+    Probed,
+    /// A first backup: one task per table, split as the workers go.
+    First,
+    /// The next backup into the same container: planned from the first one's block
+    /// counts, split as the workers go.
+    Repeat,
+}
+
+impl Variant {
+    fn name(self) -> &'static str {
+        match self {
+            Variant::Probed => "probed",
+            Variant::First => "first",
+            Variant::Repeat => "repeat",
+        }
+    }
+}
+
 async fn backup(
     tv: &Tablevault<'_>,
     shape: &str,
     tables: &[String],
     opts: &ShapeOptions,
     scan_eps: f64,
-    old: bool,
+    variant: Variant,
 ) -> anyhow::Result<ShapeRun> {
+    let old = variant == Variant::Probed;
+    // A repeat backup goes where the first went, so the last backup is found there.
     let name = format!("shape-{}-{}", if old { "old" } else { "new" }, tables.len());
     let workers = opts.workers.to_string();
     let list = tables.join(",");
@@ -229,7 +256,7 @@ async fn backup(
     let eps = entities as f64 / seconds;
     Ok(ShapeRun {
         shape: shape.to_string(),
-        planning: if old { "probed" } else { "split" }.to_string(),
+        planning: variant.name().to_string(),
         entities,
         scan_entities_per_second: scan_eps,
         entities_per_second: eps,
@@ -276,12 +303,12 @@ pub async fn run_shape_bench(opts: &ShapeOptions) -> anyhow::Result<()> {
             Some(python) => Some(sdk_export(python, &azurite, &tables, opts.entities).await?),
             None => None,
         };
-        let mut variants = vec![false];
+        let mut variants = vec![Variant::First, Variant::Repeat];
         if opts.compare {
-            variants.insert(0, true);
+            variants.insert(0, Variant::Probed);
         }
-        for old in variants {
-            let mut run = backup(&tv, shape, &tables, opts, scan_eps, old).await?;
+        for variant in variants {
+            let mut run = backup(&tv, shape, &tables, opts, scan_eps, variant).await?;
             run.sdk_entities_per_second = sdk_eps;
             run.ratio_to_sdk = sdk_eps.map(|s| run.entities_per_second / s);
             if !opts.json {
