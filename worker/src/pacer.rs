@@ -128,6 +128,8 @@ struct State {
     /// Highest rate for now: the worker's share of the account once it knows how many
     /// workers share it (`config.max` until then).
     ceiling: f64,
+    /// Whether `ceiling` is a share the worker was given (not the config's maximum).
+    shared: bool,
 }
 
 /// Spaces requests by the entities they move.
@@ -157,6 +159,7 @@ impl RatePacer {
                 slow_start: config.adaptive,
                 throttles: 0,
                 ceiling: config.max,
+                shared: false,
             }),
             config,
         }
@@ -174,8 +177,9 @@ impl RatePacer {
             return;
         }
         let mut s = self.state.lock().expect("pacer lock");
-        let before = s.ceiling;
+        let before = s.shared.then_some(s.ceiling);
         s.ceiling = rate.clamp(self.config.min, self.config.max);
+        s.shared = true;
         if s.slow_start {
             // Never throttled: the share is a known-safe rate, so start there instead of
             // probing up to it.
@@ -185,7 +189,12 @@ impl RatePacer {
             // ones left take over their share at once, so the fleet's rate holds,
             // instead of regaining it through additive growth (minutes at 64 workers);
             // when workers join, the backed-off rate shrinks with the share.
-            s.rate = (s.rate * s.ceiling / before).clamp(self.config.min, s.ceiling);
+            // A worker throttled before it knew any share has no fraction to keep.
+            s.rate = match before {
+                Some(before) => s.rate * s.ceiling / before,
+                None => s.rate,
+            }
+            .clamp(self.config.min, s.ceiling);
         }
     }
 
@@ -402,6 +411,25 @@ mod tests {
         assert!((p.rate() - 350.0).abs() < 1e-6, "{}", p.rate());
         // Never below the pacer's floor.
         p.set_ceiling(50.0);
+        assert_eq!(p.rate(), 100.0);
+    }
+
+    #[test]
+    fn a_first_share_learned_after_a_throttle_caps_the_rate_without_scaling_it() {
+        // Throttled before the fleet was ever counted (a listing failed): there was no
+        // share to be a fraction of, so the first one only caps the rate.
+        let p = RatePacer::new(PacerConfig::account(), Some(0.0));
+        let before = p.rate();
+        p.throttled();
+        let cut = p.rate();
+        assert!(cut < before);
+        p.set_ceiling(1_000.0);
+        assert_eq!(
+            p.rate(),
+            cut.min(1_000.0),
+            "not scaled against an unknown share"
+        );
+        p.set_ceiling(100.0);
         assert_eq!(p.rate(), 100.0);
     }
 
