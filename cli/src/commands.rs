@@ -109,6 +109,7 @@ async fn backup(a: BackupArgs, shutdown: &CancellationToken) -> Result<BackupRep
     req.split_keys = split_keys;
     req.ranges_per_table = a.ranges.map(|r| r as usize);
     req.max_tasks_per_table = default_ranges(a.workers as usize);
+    req.fleet_known = a.workers > 0;
     req.dynamic_split = !a.no_split;
     req.compression = a.compression;
     req.blocks_per_blob = a.blocks_per_blob as usize;

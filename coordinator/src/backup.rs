@@ -31,7 +31,8 @@ use tablevault_core::job::finalize::{finalize, settle_backup};
 
 /// Most tasks a large table is planned into from its last backup: two per in-process
 /// worker (at least 8) so no worker waits on a straggler for long; 32 when the workers
-/// are elsewhere and their number is unknown. Workers split further as they go.
+/// are elsewhere and their number is unknown (more when more workers wrote the last
+/// backup: [`crate::plan::previous::task_count`]). Workers split further as they go.
 pub fn default_ranges(workers: usize) -> usize {
     if workers == 0 {
         32
@@ -54,6 +55,10 @@ pub struct BackupRequest {
     pub ranges_per_table: Option<usize>,
     /// Most tasks per table when planning from the last backup.
     pub max_tasks_per_table: usize,
+    /// Whether the coordinator knows how many workers there will be (in-process
+    /// workers): then `max_tasks_per_table` is the cap; otherwise a table may be planned
+    /// into more tasks if more workers wrote its last backup.
+    pub fleet_known: bool,
     /// Whether workers split the unread part of large ranges off to idle workers.
     pub dynamic_split: bool,
     /// Block compression.
@@ -75,6 +80,7 @@ impl BackupRequest {
             split_keys: Vec::new(),
             ranges_per_table: None,
             max_tasks_per_table: 32,
+            fleet_known: false,
             dynamic_split: true,
             compression: Compression::None,
             blocks_per_blob: 20,
@@ -138,7 +144,8 @@ async fn plan_table(
         tracing::info!(table = %name, ranges = ranges.len(), probes, "discovered ranges");
         (ranges, Planning::Discovered)
     } else if let Some(t) = from_previous {
-        let ranges = ranges_from_previous(store, t, req.max_tasks_per_table).await?;
+        let ranges =
+            ranges_from_previous(store, t, req.max_tasks_per_table, req.fleet_known).await?;
         tracing::info!(table = %name, ranges = ranges.len(), "planned from the last backup");
         (ranges, Planning::Previous)
     } else {

@@ -41,15 +41,44 @@ pub async fn last_complete_backup(store: &Store, source: &AccountRef) -> Result<
     Ok(None)
 }
 
-/// Cuts a table into at most `max_tasks` ranges of nearly equal entity counts (and at
-/// least [`MIN_TASK_ENTITIES`] each) at block boundaries of its previous backup.
+/// Tasks a worker runs at once unless told otherwise (`tablevault-worker
+/// --concurrency`).
+const WORKER_SLOTS: usize = 4;
+
+/// Most tasks planned for one table from the last backup's fleet.
+const MAX_FLEET_TASKS: usize = 256;
+
+/// How many tasks a table of `entities` is planned into: one per
+/// [`MIN_TASK_ENTITIES`], at most `max_tasks`, or, when the fleet's size is not known
+/// here (workers elsewhere), at most one per task slot of the `workers_before` that
+/// wrote the last backup of it if that is more. A fleet of 64 daemons then starts a
+/// large table on all its slots at once instead of with 32 tasks and a ramp of splits,
+/// during which its workers' counts of each other lag and the fleet overshoots the
+/// account (README, "Simulation at Azure's limits").
+pub fn task_count(
+    entities: u64,
+    max_tasks: usize,
+    fleet_known: bool,
+    workers_before: usize,
+) -> u64 {
+    let cap = if fleet_known {
+        max_tasks
+    } else {
+        max_tasks.max((WORKER_SLOTS * workers_before).min(MAX_FLEET_TASKS))
+    };
+    (entities / MIN_TASK_ENTITIES).clamp(1, cap.max(1) as u64)
+}
+
+/// Cuts a table into ranges of nearly equal entity counts (and at least
+/// [`MIN_TASK_ENTITIES`] each) at block boundaries of its previous backup, as many as
+/// [`task_count`] says.
 pub async fn ranges_from_previous(
     store: &Store,
     table: &ManifestTable,
     max_tasks: usize,
+    fleet_known: bool,
 ) -> Result<Vec<KeyRange>> {
-    let tasks = (table.entities / MIN_TASK_ENTITIES).clamp(1, max_tasks.max(1) as u64);
-    if tasks <= 1 {
+    if table.entities / MIN_TASK_ENTITIES <= 1 {
         return Ok(vec![KeyRange::all()]);
     }
     // (first key, entities) of every block, in key order.
@@ -66,8 +95,10 @@ pub async fn ranges_from_previous(
         .collect()
         .await;
     let mut blocks: Vec<(EntityKey, u64)> = Vec::new();
+    let mut workers = std::collections::HashSet::new();
     for record in records {
         let record = record?;
+        workers.insert(record.worker);
         for blob in &record.blobs {
             blocks.extend(
                 blob.blocks
@@ -76,6 +107,7 @@ pub async fn ranges_from_previous(
             );
         }
     }
+    let tasks = task_count(table.entities, max_tasks, fleet_known, workers.len());
     Ok(cut_equal(&blocks, tasks))
 }
 
@@ -105,6 +137,92 @@ pub fn cut_equal(blocks: &[(EntityKey, u64)], tasks: u64) -> Vec<KeyRange> {
 mod tests {
     use super::*;
     use tablevault_core::keys::find_tiling;
+
+    #[test]
+    fn a_fleet_of_daemons_gets_as_many_tasks_as_it_had_workers_last_time() {
+        // Workers elsewhere: one task per slot of the last backup's workers, at least 32.
+        assert_eq!(task_count(10_000_000, 32, false, 16), 64);
+        assert_eq!(task_count(10_000_000, 32, false, 64), 256);
+        assert_eq!(task_count(10_000_000, 32, false, 4), 32);
+        assert_eq!(task_count(10_000_000, 32, false, 1_000), 256);
+        // Never more than one task per MIN_TASK_ENTITIES.
+        assert_eq!(task_count(300_000, 32, false, 64), 30);
+        assert_eq!(task_count(5_000, 32, false, 64), 1);
+        // In-process workers: their number decides, whatever ran last time.
+        assert_eq!(task_count(10_000_000, 8, true, 64), 8);
+    }
+
+    /// A last backup of `tasks` commit records, each by its own worker, each of blocks
+    /// of 10,000 entities, in a store.
+    async fn last_backup(tasks: usize, blocks_each: usize) -> (Store, ManifestTable) {
+        use std::sync::Arc;
+        use tablevault_core::protocol::{BlobRecord, BlockRecord, ManifestRange};
+        use tablevault_core::testing::{MemoryBlobs, empty_commit};
+        let store = Store::new(Arc::new(MemoryBlobs::new("c")));
+        let key = |i: usize| EntityKey::new(format!("p{i:06}"), "r");
+        let mut ranges = Vec::new();
+        for t in 0..tasks {
+            let mut record = empty_commit("j", "T", &format!("r{t:04}"));
+            record.worker = format!("worker-{t}");
+            record.blobs = vec![BlobRecord {
+                name: format!("b{t}"),
+                entities: 10_000 * blocks_each as u64,
+                length: 0,
+                blocks: (0..blocks_each)
+                    .map(|b| BlockRecord {
+                        id: format!("{b}"),
+                        offset: 0,
+                        length: 0,
+                        raw_length: 0,
+                        entities: 10_000,
+                        batches: 100,
+                        sha256: String::new(),
+                        first_key: key(t * blocks_each + b),
+                        last_key: key(t * blocks_each + b),
+                    })
+                    .collect(),
+            }];
+            let path = format!("j/tasks/T/r{t:04}.json");
+            store.create(&path, &record, Vec::new()).await.unwrap();
+            ranges.push(ManifestRange {
+                task: record.task.clone(),
+                range: KeyRange::all(),
+                entities: 10_000 * blocks_each as u64,
+                commit: path,
+            });
+        }
+        let table = ManifestTable {
+            name: "T".into(),
+            entities: (10_000 * tasks * blocks_each) as u64,
+            raw_bytes: 0,
+            stored_bytes: 0,
+            blobs: tasks as u64,
+            blocks: (tasks * blocks_each) as u64,
+            ranges,
+        };
+        (store, table)
+    }
+
+    #[tokio::test]
+    async fn the_workers_that_wrote_the_last_backup_size_a_daemon_fleets_plan() {
+        // 48 workers wrote 48 tasks of 4 blocks: 192 blocks of 10,000 entities.
+        let (store, table) = last_backup(48, 4).await;
+        let ranges = ranges_from_previous(&store, &table, 32, false)
+            .await
+            .unwrap();
+        assert_eq!(ranges.len(), 4 * 48, "one task per slot of the last fleet");
+        let refs: Vec<&KeyRange> = ranges.iter().collect();
+        assert!(find_tiling(&refs).is_some());
+        // In-process workers: their own cap, whoever wrote the last backup.
+        let ranges = ranges_from_previous(&store, &table, 8, true).await.unwrap();
+        assert_eq!(ranges.len(), 8);
+        // A small fleet last time: the default for workers elsewhere.
+        let (store, table) = last_backup(3, 20).await;
+        let ranges = ranges_from_previous(&store, &table, 32, false)
+            .await
+            .unwrap();
+        assert_eq!(ranges.len(), 32);
+    }
 
     #[test]
     fn equal_cuts_tile_and_balance() {

@@ -49,7 +49,7 @@ struct Simulate {
     policy: Vec<Policy>,
     /// Backup plans (comma-separated): `first` (one task per table, as the product
     /// plans a table's first backup), `repeat` (equal-count ranges from the last
-    /// backup, as it plans the next ones) and `probed` (`--ranges`: equal key spans).
+    /// backup, as it plans the next ones for a fleet of daemons) and `probed` (`--ranges`: equal key spans).
     #[arg(long, value_delimiter = ',', default_value = "first,repeat")]
     plan: Vec<Plan>,
     /// Tasks each worker runs at once.

@@ -112,6 +112,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
     req.tables = Some(vec![DEMO_TABLE.into()]);
     req.compression = Compression::Zstd;
     req.max_tasks_per_table = default_ranges(workers);
+    req.fleet_known = true;
     let backup = run_backup(&req, &location, &watch("backup")).await?;
     if !json {
         print_backup(&backup);

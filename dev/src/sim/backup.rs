@@ -14,7 +14,7 @@ use super::pacer::Pacer;
 use super::table::{Rng, Table};
 use super::{BackupDetails, Plan, Policy, RunReport, SimConfig, SplitRule};
 use tablevault_coordinator::backup::default_ranges;
-use tablevault_coordinator::plan::previous::MIN_TASK_ENTITIES;
+use tablevault_coordinator::plan::previous::task_count;
 
 /// A range task: entities `lo..hi`.
 #[derive(Debug, Clone, Copy)]
@@ -53,7 +53,9 @@ async fn run(cfg: SimConfig) -> RunReport {
         Plan::Repeat => {
             // The coordinator cuts at block starts; blocks are small enough next to
             // these ranges that exact counts change nothing.
-            let tasks = (n / MIN_TASK_ENTITIES).clamp(1, default_ranges(0) as u64);
+            // A fleet of daemons (the coordinator does not know its size) that also
+            // wrote the last backup.
+            let tasks = task_count(n, default_ranges(0), false, cfg.workers);
             (0..tasks)
                 .map(|k| (k * n / tasks, (k + 1) * n / tasks))
                 .collect()

@@ -26,7 +26,8 @@
 //!   the real poll loop.
 //! * **Backup** (`backup.rs`): planned as the product plans it (`--plan`): a table's first
 //!   backup is one task; later ones start from ranges of equal entity counts cut from
-//!   the last backup (one per 10,000 entities, at most 32); `probed` is `--ranges`
+//!   the last backup (one per 10,000 entities, at most one per task slot of the workers
+//!   that wrote it and at least 32); `probed` is `--ranges`
 //!   (`8 × workers` ranges of equal key span, so of unequal size). Tasks are enqueued
 //!   shuffled. A task reads its range in pages of ≤ 1,000 entities that also
 //!   end at partition boundaries, one page at a time. **Dynamic splitting**, as the
@@ -72,11 +73,12 @@
 //! # What it shows
 //!
 //! With the product policy, from 4 workers on, restore runs at 92-94% of the account's
-//! limit and backup at 86-93%, with under 1% of requests answered 503 (the README has
-//! the table). What backup loses at 64 workers is its ramp-up (work reaches workers
-//! only as tasks split, and the fleet overshoots the account while its heartbeat
-//! counts catch up with its growth, then regains the rate slowly) and its tail (the
-//! last large partitions are each read by one task at a partition's rate).
+//! limit and a repeat backup at 90-94%, with under 1% of requests answered 503 (the
+//! README has the table). A table's first backup reaches 85-86% at 64 workers: it loses
+//! its ramp-up (work reaches workers only as tasks split, and the fleet overshoots the
+//! account while its heartbeat counts catch up with its growth, then regains the rate
+//! slowly) and its tail (the last large partitions are each read by one task at a
+//! partition's rate).
 
 mod backup;
 mod engine;
@@ -130,9 +132,10 @@ pub enum Plan {
     /// The product's first backup of a table: one task for the whole table, which the
     /// workers split as they go.
     First,
-    /// The product's next backups: ranges of equal entity counts from the last backup,
-    /// one per 10,000 entities and at most 32 (`default_ranges` for a fleet whose
-    /// size the coordinator does not know).
+    /// The product's next backups by a fleet of daemons that also wrote the last
+    /// backup: ranges of equal entity counts from it, one per 10,000 entities, at most
+    /// one per task slot (4 per worker; at least 32, at most 256;
+    /// `plan::previous::task_count`).
     Repeat,
     /// `--ranges N` (probed planning): `8 × workers` ranges of equal key span, so of
     /// unequal size.
