@@ -8,7 +8,7 @@ use std::time::Duration;
 use clap::Parser;
 use tablevault_azure::StorageAccount;
 use tablevault_azure::config::{AccountSetting, FALLBACK_ENV, fallback_configured};
-use tablevault_core::protocol::DEFAULT_QUEUE;
+use tablevault_core::protocol::{DEFAULT_QUEUE, DEFAULT_WORKER_CONCURRENCY};
 use tablevault_worker::auth::AuthArgs;
 use tablevault_worker::process::{BACKUP, SOURCE, TARGET};
 use tablevault_worker::process::{LogFormat, init_logging, shutdown_on_signal, tune_allocator};
@@ -54,7 +54,11 @@ struct Args {
     /// Tasks to run at once. Each holds two pages of entities and a block or two in
     /// memory: a few MiB with compressed blocks, up to about three times --block-size
     /// on the coordinator with --compression none.
-    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..=256))]
+    #[arg(
+        long,
+        default_value_t = DEFAULT_WORKER_CONCURRENCY as u16,
+        value_parser = clap::value_parser!(u16).range(1..=256)
+    )]
     concurrency: u16,
     /// Task queue name (the coordinator's --queue). Separate queues let separate pools
     /// serve backups and restores with separate credentials.

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use tablevault_azure::queue::QueueClient;
 use tablevault_azure::{ClientOptions, Error, RetryPolicy, StorageAccount};
-use tablevault_core::protocol::{poison_queue_name, worker_identity};
+use tablevault_core::protocol::{DEFAULT_WORKER_CONCURRENCY, poison_queue_name, worker_identity};
 use tablevault_core::queue::TaskQueue;
 use tablevault_core::stats::WorkerStats;
 use tokio::sync::Semaphore;
@@ -76,7 +76,7 @@ impl WorkerConfig {
             queue: queue.to_string(),
             sources: AccountSet::default(),
             targets: AccountSet::default(),
-            concurrency: 4,
+            concurrency: DEFAULT_WORKER_CONCURRENCY,
             visibility: Duration::from_secs(60),
             max_poll_interval: MAX_POLL_INTERVAL,
             only_job: None,

@@ -5,7 +5,9 @@
 
 use futures::StreamExt;
 use tablevault_core::keys::{EntityKey, KeyRange};
-use tablevault_core::protocol::{AccountRef, Manifest, ManifestTable, is_valid_backup_id};
+use tablevault_core::protocol::{
+    AccountRef, DEFAULT_WORKER_CONCURRENCY, Manifest, ManifestTable, is_valid_backup_id,
+};
 use tablevault_core::store::Store;
 
 use crate::Result;
@@ -41,10 +43,6 @@ pub async fn last_complete_backup(store: &Store, source: &AccountRef) -> Result<
     Ok(None)
 }
 
-/// Tasks a worker runs at once unless told otherwise (`tablevault-worker
-/// --concurrency`).
-const WORKER_SLOTS: usize = 4;
-
 /// Most tasks planned for one table from the last backup's fleet.
 const MAX_FLEET_TASKS: usize = 256;
 
@@ -64,7 +62,7 @@ pub fn task_count(
     let cap = if fleet_known {
         max_tasks
     } else {
-        max_tasks.max((WORKER_SLOTS * workers_before).min(MAX_FLEET_TASKS))
+        max_tasks.max((DEFAULT_WORKER_CONCURRENCY * workers_before).min(MAX_FLEET_TASKS))
     };
     (entities / MIN_TASK_ENTITIES).clamp(1, cap.max(1) as u64)
 }

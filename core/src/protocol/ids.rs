@@ -7,6 +7,9 @@ use std::time::SystemTime;
 pub const DEFAULT_CONTAINER: &str = "tablevault";
 /// Default task queue.
 pub const DEFAULT_QUEUE: &str = "tablevault-tasks";
+/// Tasks a worker runs at once unless told otherwise (`tablevault-worker
+/// --concurrency`); coordinators size plans for a fleet by it.
+pub const DEFAULT_WORKER_CONCURRENCY: usize = 4;
 /// Version of the job files and messages.
 pub const PROTOCOL_VERSION: u32 = 1;
 

@@ -11,8 +11,9 @@ pub mod status;
 mod fuzz;
 
 pub use ids::{
-    DEFAULT_CONTAINER, DEFAULT_QUEUE, PROTOCOL_VERSION, is_valid_backup_id, new_backup_id,
-    now_rfc3339, poison_queue_name, split_task_id, worker_identity,
+    DEFAULT_CONTAINER, DEFAULT_QUEUE, DEFAULT_WORKER_CONCURRENCY, PROTOCOL_VERSION,
+    is_valid_backup_id, new_backup_id, now_rfc3339, poison_queue_name, split_task_id,
+    worker_identity,
 };
 pub use message::{PoisonEntry, TaskKind, TaskMessage, handed_back, last_error};
 pub use records::*;

@@ -4,6 +4,7 @@
 //! published limits in virtual time (`tablevault_dev::sim`).
 
 use clap::{Args, Parser, Subcommand};
+use tablevault_core::protocol::DEFAULT_WORKER_CONCURRENCY;
 use tablevault_dev::bench::{
     BenchOptions, ShapeOptions, run_backup_bench, run_restore_bench, run_shape_bench,
 };
@@ -49,11 +50,12 @@ struct Simulate {
     policy: Vec<Policy>,
     /// Backup plans (comma-separated): `first` (one task per table, as the product
     /// plans a table's first backup), `repeat` (equal-count ranges from the last
-    /// backup, as it plans the next ones for a fleet of daemons) and `probed` (`--ranges`: equal key spans).
+    /// backup, as it plans the next ones for a fleet of daemons) and `probed`
+    /// (`--ranges`: equal key spans).
     #[arg(long, value_delimiter = ',', default_value = "first,repeat")]
     plan: Vec<Plan>,
     /// Tasks each worker runs at once.
-    #[arg(long, default_value_t = 4)]
+    #[arg(long, default_value_t = DEFAULT_WORKER_CONCURRENCY)]
     tasks_per_worker: usize,
     /// Restore batches in flight per task.
     #[arg(long, default_value_t = 8)]

@@ -51,10 +51,9 @@ async fn run(cfg: SimConfig) -> RunReport {
     let mut ranges = match cfg.plan {
         Plan::First => vec![(0, n)],
         Plan::Repeat => {
-            // The coordinator cuts at block starts; blocks are small enough next to
-            // these ranges that exact counts change nothing.
             // A fleet of daemons (the coordinator does not know its size) that also
-            // wrote the last backup.
+            // wrote the last backup. The coordinator cuts at block starts; blocks are
+            // small enough next to these ranges that exact counts change nothing.
             let tasks = task_count(n, default_ranges(0), false, cfg.workers);
             (0..tasks)
                 .map(|k| (k * n / tasks, (k + 1) * n / tasks))

@@ -90,6 +90,7 @@ mod table;
 
 use std::fmt::Write as _;
 use std::str::FromStr;
+use tablevault_core::protocol::DEFAULT_WORKER_CONCURRENCY;
 
 use serde::Serialize;
 
@@ -226,7 +227,7 @@ impl SimConfig {
             entities,
             partitions: (entities / 10_000).clamp(1, u64::from(u32::MAX)) as u32,
             workers,
-            tasks_per_worker: 4,
+            tasks_per_worker: DEFAULT_WORKER_CONCURRENCY,
             plan: Plan::First,
             ranges_per_worker: 8,
             page_size: 1_000,
