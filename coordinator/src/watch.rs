@@ -17,8 +17,18 @@ use std::collections::HashMap;
 
 use crate::{Error, Location, Result};
 
-/// Least time between two looks at a job's records when workers report progress.
-const MIN_REFRESH: Duration = Duration::from_millis(250);
+/// Most time between a look at a job's records and the next one when in-process workers
+/// report progress.
+const MAX_REFRESH_GAP: Duration = Duration::from_millis(250);
+
+/// Least time between two such looks.
+const MIN_REFRESH_GAP: Duration = Duration::from_millis(20);
+
+/// When workers report progress, the next look comes this many times as long after the
+/// last one began as that look took: a small job's listing is quick and its last commit
+/// is seen at once, a large one's is paced so that listing stays a small share of the
+/// time.
+const REFRESH_GAP_FACTOR: u32 = 10;
 
 /// What a progress display is shown.
 #[derive(Debug, Clone, Copy, Default)]
@@ -180,6 +190,12 @@ impl Liveness {
 /// Heartbeats are only looked at after this long without other signs of progress.
 const HEARTBEAT_CHECK_AFTER: Duration = Duration::from_secs(10);
 
+/// How long after a look began the next may begin when workers report progress, given
+/// how long that look took.
+fn refresh_gap(look_took: Duration) -> Duration {
+    (look_took * REFRESH_GAP_FACTOR).clamp(MIN_REFRESH_GAP, MAX_REFRESH_GAP)
+}
+
 /// Watches `job` until it settles or the watch is cancelled (then `Interrupted`).
 pub(crate) async fn watch(
     location: &Location,
@@ -201,9 +217,11 @@ pub(crate) async fn watch(
     let mut liveness = Liveness::new();
     let outcome = async {
         loop {
+            let look = tokio::time::Instant::now();
             if let Err(e) = state.refresh(store).await {
                 tracing::warn!(error = %e, "cannot read the job's state; retrying");
             }
+            let look_took = look.elapsed();
             if let Some(p) = &opts.progress {
                 p.update(state.snapshot(stats.as_deref()));
             }
@@ -236,11 +254,11 @@ pub(crate) async fn watch(
             tokio::select! {
                 _ = opts.shutdown.cancelled() => return Ok(JobStatus::Interrupted),
                 _ = changed => {
-                    // Many small tasks finish in bursts: look at most every MIN_REFRESH,
-                    // since every look lists the job's records.
+                    // Many small tasks finish in bursts, and every look lists the job's
+                    // records: space looks by what the last one cost.
                     tokio::select! {
                         _ = opts.shutdown.cancelled() => return Ok(JobStatus::Interrupted),
-                        _ = tokio::time::sleep(MIN_REFRESH.min(opts.poll)) => {}
+                        _ = tokio::time::sleep_until(look + refresh_gap(look_took).min(opts.poll)) => {}
                     }
                 }
                 _ = tokio::time::sleep(opts.poll) => {}
@@ -255,4 +273,21 @@ pub(crate) async fn watch(
         p.finish();
     }
     outcome
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn looks_are_spaced_by_what_the_last_one_cost() {
+        // A small job's listing takes milliseconds: its last commit is seen soon after.
+        assert_eq!(
+            refresh_gap(Duration::from_millis(3)),
+            Duration::from_millis(30)
+        );
+        assert_eq!(refresh_gap(Duration::ZERO), MIN_REFRESH_GAP);
+        // A job of thousands of records is listed at most four times a second.
+        assert_eq!(refresh_gap(Duration::from_millis(80)), MAX_REFRESH_GAP);
+    }
 }
