@@ -4,7 +4,8 @@
 //! default planning: a first backup (one task per table, split as the workers go) and a
 //! repeat into the same container (planned from the first one's block counts); with
 //! `--compare` also with the old planning (probing for 8 ranges, no splitting). All side
-//! by side in one run.
+//! by side in one run; with `--runs N`, each scan and backup N times on the same loaded
+//! data (variants interleaved), reporting the median run.
 
 use std::time::Instant;
 
@@ -32,6 +33,8 @@ pub struct ShapeOptions {
     pub compare: bool,
     /// A Python with `azure-data-tables`, to time the SDK export baseline.
     pub sdk_python: Option<std::path::PathBuf>,
+    /// Times each scan and backup this many times and reports the median.
+    pub runs: usize,
     /// Print JSON.
     pub json: bool,
 }
@@ -77,6 +80,8 @@ pub struct ShapeRun {
     pub largest_over_mean: f64,
     /// Peak RSS of the backup process.
     pub peak_rss_bytes: Option<u64>,
+    /// Runs of this backup (and of the scan) the median was taken over.
+    pub runs: usize,
 }
 
 fn guid(i: u64) -> String {
@@ -218,10 +223,16 @@ async fn backup(
     opts: &ShapeOptions,
     scan_eps: f64,
     variant: Variant,
+    run: usize,
 ) -> anyhow::Result<ShapeRun> {
     let old = variant == Variant::Probed;
-    // A repeat backup goes where the first went, so the last backup is found there.
-    let name = format!("shape-{}-{}", if old { "old" } else { "new" }, tables.len());
+    // A repeat backup goes where the first of the same run went, so the last backup is
+    // found there; each run's first backup goes to a container of its own.
+    let name = format!(
+        "shape-{}-{}-{run}",
+        if old { "old" } else { "new" },
+        tables.len()
+    );
     let workers = opts.workers.to_string();
     let list = tables.join(",");
     let mut args = vec![
@@ -269,7 +280,26 @@ async fn backup(
         largest_task_share: largest / entities as f64,
         largest_over_mean: largest / (entities as f64 / tasks.max(1) as f64),
         peak_rss_bytes: report["peak_rss_bytes"].as_u64(),
+        runs: 1,
     })
+}
+
+/// The run with the median rate (the lower middle one of an even count).
+fn median_run(mut runs: Vec<ShapeRun>) -> Option<ShapeRun> {
+    let n = runs.len();
+    runs.sort_by(|a, b| a.entities_per_second.total_cmp(&b.entities_per_second));
+    let mut median = runs.into_iter().nth(n.saturating_sub(1) / 2)?;
+    median.runs = n;
+    Some(median)
+}
+
+/// The median of some rates (the lower middle one of an even count).
+fn median(mut rates: Vec<f64>) -> f64 {
+    rates.sort_by(f64::total_cmp);
+    rates
+        .get(rates.len().saturating_sub(1) / 2)
+        .copied()
+        .unwrap_or(f64::NAN)
 }
 
 /// Runs the shape benchmark and prints its table (or JSON).
@@ -293,12 +323,16 @@ pub async fn run_shape_bench(opts: &ShapeOptions) -> anyhow::Result<()> {
             );
         }
         // The baseline: one connection reading every table from start to end.
-        let started = Instant::now();
-        let mut scanned = 0;
-        for table in &tables {
-            scanned += measure_scan(&client, table).await?.entities;
+        let mut scan_rates = Vec::new();
+        for _ in 0..opts.runs.max(1) {
+            let started = Instant::now();
+            let mut scanned = 0;
+            for table in &tables {
+                scanned += measure_scan(&client, table).await?.entities;
+            }
+            scan_rates.push(scanned as f64 / started.elapsed().as_secs_f64());
         }
-        let scan_eps = scanned as f64 / started.elapsed().as_secs_f64();
+        let scan_eps = median(scan_rates);
         let sdk_eps = match &opts.sdk_python {
             Some(python) => Some(sdk_export(python, &azurite, &tables, opts.entities).await?),
             None => None,
@@ -307,19 +341,26 @@ pub async fn run_shape_bench(opts: &ShapeOptions) -> anyhow::Result<()> {
         if opts.compare {
             variants.insert(0, Variant::Probed);
         }
-        for variant in variants {
-            let mut run = backup(&tv, shape, &tables, opts, scan_eps, variant).await?;
+        // Runs interleave the variants, so a slow spell of the machine hits them alike.
+        let mut by_variant: Vec<Vec<ShapeRun>> = vec![Vec::new(); variants.len()];
+        for r in 0..opts.runs.max(1) {
+            for (i, &variant) in variants.iter().enumerate() {
+                by_variant[i].push(backup(&tv, shape, &tables, opts, scan_eps, variant, r).await?);
+            }
+        }
+        for mut run in by_variant.into_iter().filter_map(median_run) {
             run.sdk_entities_per_second = sdk_eps;
             run.ratio_to_sdk = sdk_eps.map(|s| run.entities_per_second / s);
             if !opts.json {
                 eprintln!(
-                    "  {:>6}: {:.0} entities/s ({:.2}x scan), planning {:.2} s, {} tasks, largest {:.1}%",
+                    "  {:>6}: {:.0} entities/s ({:.2}x scan), planning {:.2} s, {} tasks, largest {:.1}% (median of {})",
                     run.planning,
                     run.entities_per_second,
                     run.ratio_to_scan,
                     run.planning_seconds,
                     run.tasks,
-                    run.largest_task_share * 100.0
+                    run.largest_task_share * 100.0,
+                    run.runs
                 );
             }
             runs.push(run);
@@ -399,6 +440,34 @@ async fn sdk_export(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_median_run_is_the_middle_one_by_rate() {
+        let run = |eps: f64| ShapeRun {
+            shape: "s".into(),
+            planning: "first".into(),
+            entities: 1,
+            scan_entities_per_second: 1.0,
+            entities_per_second: eps,
+            ratio_to_scan: eps,
+            sdk_entities_per_second: None,
+            ratio_to_sdk: None,
+            planning_seconds: 0.0,
+            planning_share: 0.0,
+            tasks: 1,
+            largest_task_share: 1.0,
+            largest_over_mean: 1.0,
+            peak_rss_bytes: None,
+            runs: 1,
+        };
+        let m = median_run(vec![run(30.0), run(10.0), run(20.0)]).unwrap();
+        assert_eq!((m.entities_per_second, m.runs), (20.0, 3));
+        let m = median_run(vec![run(40.0), run(10.0)]).unwrap();
+        assert_eq!(m.entities_per_second, 10.0, "the lower of two");
+        assert!(median_run(Vec::new()).is_none());
+        assert_eq!(median(vec![3.0, 1.0, 2.0]), 2.0);
+        assert!(median(Vec::new()).is_nan());
+    }
 
     #[test]
     fn zipf_partitions_are_skewed_and_cover_every_entity() {

@@ -150,6 +150,10 @@ struct Shapes {
     /// run by this Python, which needs `pip install -r dev/sdk-export/requirements.txt`.
     #[arg(long, value_name = "PYTHON")]
     sdk_python: Option<std::path::PathBuf>,
+    /// Times each scan and backup this many times on the same loaded data and reports
+    /// the median run (this machine's timings vary by a third between runs).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=20))]
+    runs: u32,
     /// Print JSON.
     #[arg(long)]
     json: bool,
@@ -168,6 +172,7 @@ async fn main() -> std::process::ExitCode {
                 only: s.only,
                 compare: s.compare,
                 sdk_python: s.sdk_python,
+                runs: s.runs as usize,
                 json: s.json,
             })
             .await
