@@ -284,22 +284,24 @@ async fn backup(
     })
 }
 
-/// The run with the median rate (the lower middle one of an even count).
-fn median_run(mut runs: Vec<ShapeRun>) -> Option<ShapeRun> {
+/// The item with the median `rate` (the lower middle one of an even count).
+fn lower_median<T>(mut items: Vec<T>, rate: impl Fn(&T) -> f64) -> Option<T> {
+    let middle = items.len().saturating_sub(1) / 2;
+    items.sort_by(|a, b| rate(a).total_cmp(&rate(b)));
+    items.into_iter().nth(middle)
+}
+
+/// The run with the median rate, noting how many runs it was taken over.
+fn median_run(runs: Vec<ShapeRun>) -> Option<ShapeRun> {
     let n = runs.len();
-    runs.sort_by(|a, b| a.entities_per_second.total_cmp(&b.entities_per_second));
-    let mut median = runs.into_iter().nth(n.saturating_sub(1) / 2)?;
+    let mut median = lower_median(runs, |r| r.entities_per_second)?;
     median.runs = n;
     Some(median)
 }
 
-/// The median of some rates (the lower middle one of an even count).
-fn median(mut rates: Vec<f64>) -> f64 {
-    rates.sort_by(f64::total_cmp);
-    rates
-        .get(rates.len().saturating_sub(1) / 2)
-        .copied()
-        .unwrap_or(f64::NAN)
+/// The median of some rates; NaN when there are none.
+fn median(rates: Vec<f64>) -> f64 {
+    lower_median(rates, |r| *r).unwrap_or(f64::NAN)
 }
 
 /// Runs the shape benchmark and prints its table (or JSON).
