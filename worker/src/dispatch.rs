@@ -153,8 +153,8 @@ impl Worker {
         heartbeats: &str,
     ) -> (Arc<AdaptiveLimit>, FleetShare) {
         let limiter = self.jobs.limiter_for(endpoint);
-        if let Some(n) = self.fleet.live_workers(store, heartbeats).await {
-            limiter.set_fleet_size(n);
+        if let Some(count) = self.fleet.live_workers(store, heartbeats).await {
+            limiter.set_fleet_size(count);
         }
         let following = FleetShare::follow(
             self.fleet.clone(),

@@ -7,11 +7,16 @@
 //! account's rate (see [`crate::limiter::AdaptiveLimit::set_fleet_size`]), so the
 //! workers still busy at the end of a job take the share of those that ran out of work.
 //!
-//! Listings: every [`GROWING_PERIOD`] while heartbeats keep appearing or turning idle or
-//! busy (a fleet starting together learns its size within seconds, and one running out
-//! of work as fast), else every [`LISTING_PERIOD`].
-//! 64 workers in the steady state cost about three List Blobs a second, against the
-//! thousands of requests they send.
+//! Listings: every [`GROWING_PERIOD`] while the fleet has changed (heartbeats appeared or
+//! turned idle or busy) within the last [`LISTING_PERIOD`], else every
+//! [`LISTING_PERIOD`]. A fleet starting together learns its size within seconds, and one
+//! running out of work as fast: a job's end thins the fleet in steps, a few seconds
+//! apart, and one quiet listing in between must not leave the workers still busy at the
+//! share of a fleet twice their number for the next 25 s. 64 workers in the steady state
+//! cost about three List Blobs a second, against the thousands of requests they send.
+//! A count is *settled* when its listing saw no change since the one before: the pacer
+//! then forgives cuts made while its worker took more than that share
+//! ([`crate::pacer::RatePacer::set_ceiling`]).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -28,8 +33,29 @@ pub const LISTING_PERIOD: Duration = Duration::from_secs(25);
 /// Metadata that marks a heartbeat idle: its worker has no task of the job in flight.
 pub const IDLE_METADATA: &str = "tvidle";
 
-/// Least time between two listings while the last one found the fleet changing.
+/// Least time between two listings while the fleet changed within [`LISTING_PERIOD`].
 pub const GROWING_PERIOD: Duration = Duration::from_secs(3);
+
+/// How many workers are live on a job, from one listing of their heartbeats.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FleetCount {
+    /// Live workers, this one included.
+    pub live: usize,
+    /// Whether that listing found no heartbeat appearing or turning idle or busy since
+    /// the listing before it: the count is confirmed, not a glimpse of a fleet still
+    /// growing or thinning.
+    pub settled: bool,
+}
+
+impl FleetCount {
+    /// A confirmed count of `live` workers.
+    pub fn settled(live: usize) -> Self {
+        FleetCount {
+            live,
+            settled: true,
+        }
+    }
+}
 
 /// A heartbeat seen to change within this long is a live worker's: a heartbeat period
 /// (20 s) plus a listing period, with room to spare.
@@ -42,8 +68,17 @@ struct Seen {
     /// whether it is marked idle.
     beats: HashMap<String, (String, Instant, bool)>,
     live: usize,
-    /// Whether that listing found heartbeats appearing or turning idle or busy.
-    changing: bool,
+    /// When a listing last found heartbeats appearing or turning idle or busy.
+    changed: Instant,
+}
+
+impl Seen {
+    fn count(&self) -> FleetCount {
+        FleetCount {
+            live: self.live,
+            settled: self.changed < self.at,
+        }
+    }
 }
 
 /// The live workers of each job, from listings of their heartbeats.
@@ -56,23 +91,23 @@ impl FleetWatch {
     /// Live workers under `root` (at least this one), listing again when the last
     /// listing is old enough. `None` when the listing failed and nothing is known (the
     /// caller keeps what it had).
-    pub async fn live_workers(&self, store: &Store, root: &str) -> Option<usize> {
+    pub async fn live_workers(&self, store: &Store, root: &str) -> Option<FleetCount> {
         let key = format!("{}/{root}", store.container());
-        let mut beats = {
+        let (mut beats, mut changed) = {
             let jobs = self.jobs.lock().expect("fleet lock");
             match jobs.get(&key) {
                 Some(s) => {
-                    let period = if s.changing {
+                    let period = if s.changed.elapsed() < LISTING_PERIOD {
                         GROWING_PERIOD
                     } else {
                         LISTING_PERIOD
                     };
                     if s.at.elapsed() < period {
-                        return Some(s.live);
+                        return Some(s.count());
                     }
-                    s.beats.clone()
+                    (s.beats.clone(), Some(s.changed))
                 }
-                None => HashMap::new(),
+                None => (HashMap::new(), None),
             }
         };
         let page = match store.blobs().list(root, None).await {
@@ -80,11 +115,11 @@ impl FleetWatch {
             Err(e) => {
                 tracing::debug!(error = %e, "cannot list the job's heartbeats");
                 let jobs = self.jobs.lock().expect("fleet lock");
-                return jobs.get(&key).map(|s| s.live);
+                return jobs.get(&key).map(Seen::count);
             }
         };
         let now = Instant::now();
-        let mut changing = false;
+        let mut changing = changed.is_none();
         for blob in page.blobs {
             let is_idle = blob.metadata.get(IDLE_METADATA).is_some_and(|v| v == "1");
             match beats.get_mut(&blob.name) {
@@ -106,16 +141,18 @@ impl FleetWatch {
             .filter(|(_, changed, idle)| !idle && now.duration_since(*changed) < LIVE_WINDOW)
             .count()
             .max(1);
-        self.jobs.lock().expect("fleet lock").insert(
-            key,
-            Seen {
-                at: now,
-                beats,
-                live,
-                changing,
-            },
-        );
-        Some(live)
+        if changing {
+            changed = Some(now);
+        }
+        let seen = Seen {
+            at: now,
+            beats,
+            live,
+            changed: changed.unwrap_or(now),
+        };
+        let count = seen.count();
+        self.jobs.lock().expect("fleet lock").insert(key, seen);
+        Some(count)
     }
 }
 
@@ -135,8 +172,8 @@ impl FleetShare {
         FleetShare(tokio::spawn(async move {
             loop {
                 tokio::time::sleep(GROWING_PERIOD).await;
-                if let Some(n) = fleet.live_workers(&store, &root).await {
-                    limiter.set_fleet_size(n);
+                if let Some(count) = fleet.live_workers(&store, &root).await {
+                    limiter.set_fleet_size(count);
                 }
             }
         }))
@@ -164,6 +201,10 @@ mod tests {
             .unwrap();
     }
 
+    async fn live(watch: &FleetWatch, store: &Store, root: &str) -> Option<usize> {
+        watch.live_workers(store, root).await.map(|c| c.live)
+    }
+
     async fn idle(store: &Store, root: &str, worker: &str) {
         let metadata = vec![(IDLE_METADATA.to_string(), "1".to_string())];
         store
@@ -180,22 +221,22 @@ mod tests {
         for w in ["a", "b", "c", "d"] {
             beat(&store, root, w, 0).await;
         }
-        assert_eq!(watch.live_workers(&store, root).await, Some(4));
+        assert_eq!(live(&watch, &store, root).await, Some(4));
         tokio::time::advance(LISTING_PERIOD).await;
-        assert_eq!(watch.live_workers(&store, root).await, Some(4), "stable");
+        assert_eq!(live(&watch, &store, root).await, Some(4), "stable");
         // The queue runs dry: c and d end their last tasks.
         idle(&store, root, "c").await;
         idle(&store, root, "d").await;
         tokio::time::advance(LISTING_PERIOD).await;
-        assert_eq!(watch.live_workers(&store, root).await, Some(2));
+        assert_eq!(live(&watch, &store, root).await, Some(2));
         // A fleet that is changing is listed again soon: d gets work again, then
         // b runs out.
         beat(&store, root, "d", 1).await;
         tokio::time::advance(GROWING_PERIOD).await;
-        assert_eq!(watch.live_workers(&store, root).await, Some(3));
+        assert_eq!(live(&watch, &store, root).await, Some(3));
         idle(&store, root, "b").await;
         tokio::time::advance(GROWING_PERIOD).await;
-        assert_eq!(watch.live_workers(&store, root).await, Some(2));
+        assert_eq!(live(&watch, &store, root).await, Some(2));
     }
 
     #[tokio::test(start_paused = true)]
@@ -204,7 +245,7 @@ mod tests {
         let watch = FleetWatch::default();
         let root = "job/heartbeats/";
         assert_eq!(
-            watch.live_workers(&store, root).await,
+            live(&watch, &store, root).await,
             Some(1),
             "none yet: itself"
         );
@@ -212,32 +253,72 @@ mod tests {
             beat(&store, root, w, 0).await;
         }
         assert_eq!(
-            watch.live_workers(&store, root).await,
+            live(&watch, &store, root).await,
             Some(1),
             "cached within the period"
         );
         tokio::time::advance(LISTING_PERIOD).await;
-        assert_eq!(watch.live_workers(&store, root).await, Some(3));
+        assert_eq!(live(&watch, &store, root).await, Some(3));
         // A fleet still growing is listed again soon.
         beat(&store, root, "d", 0).await;
         tokio::time::advance(GROWING_PERIOD).await;
-        assert_eq!(watch.live_workers(&store, root).await, Some(4));
+        assert_eq!(live(&watch, &store, root).await, Some(4));
         // Then only a, b and d keep beating: c's worker has gone.
         for n in 1..=3 {
             tokio::time::advance(LISTING_PERIOD).await;
             for w in ["a", "b", "d"] {
                 beat(&store, root, w, n).await;
             }
-            let live = watch.live_workers(&store, root).await;
+            let live = live(&watch, &store, root).await;
             if n == 3 {
                 assert_eq!(live, Some(3), "c stopped beating more than a window ago");
             }
         }
         tokio::time::advance(LIVE_WINDOW + LISTING_PERIOD).await;
         assert_eq!(
-            watch.live_workers(&store, root).await,
+            live(&watch, &store, root).await,
             Some(1),
             "nobody beat: at least itself"
         );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_thinning_fleet_is_listed_often_until_it_was_quiet_for_a_listing_period() {
+        let store = Store::new(Arc::new(MemoryBlobs::new("c")));
+        let watch = FleetWatch::default();
+        let root = "job/heartbeats/";
+        for w in ["a", "b", "c", "d", "e"] {
+            beat(&store, root, w, 0).await;
+        }
+        let first = watch.live_workers(&store, root).await.unwrap();
+        assert_eq!(first.live, 5);
+        assert!(!first.settled, "a first glimpse is not a confirmed count");
+        tokio::time::advance(GROWING_PERIOD).await;
+        let again = watch.live_workers(&store, root).await.unwrap();
+        assert_eq!(
+            again,
+            FleetCount::settled(5),
+            "unchanged since the last listing"
+        );
+        // A job's end: workers run out of work a few seconds apart, with quiet
+        // listings in between. Each step is seen within a growing period.
+        for (step, w) in ["e", "d", "c"].into_iter().enumerate() {
+            tokio::time::advance(GROWING_PERIOD).await;
+            let quiet = watch.live_workers(&store, root).await.unwrap();
+            assert!(quiet.settled);
+            idle(&store, root, w).await;
+            tokio::time::advance(GROWING_PERIOD).await;
+            let thinner = watch.live_workers(&store, root).await.unwrap();
+            assert_eq!(thinner.live, 4 - step);
+            assert!(!thinner.settled, "it just changed");
+        }
+        // Quiet for a listing period: back to listing rarely.
+        tokio::time::advance(LISTING_PERIOD).await;
+        assert_eq!(live(&watch, &store, root).await, Some(2));
+        idle(&store, root, "b").await;
+        tokio::time::advance(GROWING_PERIOD).await;
+        assert_eq!(live(&watch, &store, root).await, Some(2), "cached");
+        tokio::time::advance(LISTING_PERIOD).await;
+        assert_eq!(live(&watch, &store, root).await, Some(1));
     }
 }

@@ -18,6 +18,7 @@ use tablevault_azure::RetryObserver;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
+use crate::fleet::FleetCount;
 use crate::pacer::{ACCOUNT_BUDGET, PARTITION_RATE, PacerConfig, RatePacer, is_emulator};
 
 #[derive(Debug)]
@@ -130,14 +131,14 @@ impl AdaptiveLimit {
             .map(|rate| RatePacer::new(PacerConfig::fixed(rate), Some(0.0)))
     }
 
-    /// `workers` workers (this one included) share the account now: this one keeps to
-    /// its share of the account's target (less a margin), so a fleet does not overshoot
-    /// the account together and then settle low. No effect on the emulator, which has
-    /// no target.
-    pub fn set_fleet_size(&self, workers: usize) {
+    /// `fleet.live` workers (this one included) share the account now: this one keeps
+    /// to its share of the account's target (less a margin), so a fleet does not
+    /// overshoot the account together and then settle low. No effect on the emulator,
+    /// which has no target.
+    pub fn set_fleet_size(&self, fleet: FleetCount) {
         if self.paces_partitions() {
             self.pacer
-                .set_ceiling(ACCOUNT_BUDGET / workers.max(1) as f64);
+                .set_ceiling(ACCOUNT_BUDGET / fleet.live.max(1) as f64, fleet.settled);
         }
     }
 
@@ -258,7 +259,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_known_fleet_keeps_each_worker_to_its_share_of_the_account() {
         let l = AdaptiveLimit::new(4, 1, 16);
-        l.set_fleet_size(16);
+        l.set_fleet_size(FleetCount::settled(16));
         let share = ACCOUNT_BUDGET / 16.0;
         // A minute of full use: slow start would pass the share within seconds.
         for _ in 0..600 {
@@ -266,7 +267,7 @@ mod tests {
         }
         assert!((l.rate() - share).abs() < 1e-6, "{} vs {share}", l.rate());
         // Workers leave: the share grows and the rate grows back to it.
-        l.set_fleet_size(4);
+        l.set_fleet_size(FleetCount::settled(4));
         for _ in 0..3_000 {
             l.pace(1_000).await;
         }
@@ -278,7 +279,7 @@ mod tests {
         // The emulator has no target: no share.
         let e = AdaptiveLimit::for_endpoint("http://127.0.0.1:10002/devstoreaccount1");
         let before = e.rate();
-        e.set_fleet_size(64);
+        e.set_fleet_size(FleetCount::settled(64));
         assert_eq!(e.rate(), before);
     }
 

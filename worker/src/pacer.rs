@@ -13,7 +13,9 @@
 //! is not held back for long); after the first throttle it grows slowly
 //! (`increase` of the rate per second of full use) and is cut by `decrease` on
 //! each throttling answer, at most once per cool-down (answers already in flight are one
-//! signal).
+//! signal). A worker that knows its share of the account never grows past it, and a cut
+//! made while it sent more than the share of a fleet it had not yet counted in full is
+//! forgiven once a listing confirms the count ([`RatePacer::set_ceiling`]).
 
 use std::sync::Mutex;
 use std::time::Duration;
@@ -130,6 +132,8 @@ struct State {
     ceiling: f64,
     /// Whether `ceiling` is a share the worker was given (not the config's maximum).
     shared: bool,
+    /// The rate the last cut was made from, until the cut is forgiven.
+    cut_from: Option<f64>,
 }
 
 /// Spaces requests by the entities they move.
@@ -160,6 +164,7 @@ impl RatePacer {
                 throttles: 0,
                 ceiling: config.max,
                 shared: false,
+                cut_from: None,
             }),
             config,
         }
@@ -171,8 +176,9 @@ impl RatePacer {
     }
 
     /// Holds an adaptive pacer at or below `rate` (its share of the account); a fixed
-    /// pacer keeps its rate.
-    pub fn set_ceiling(&self, rate: f64) {
+    /// pacer keeps its rate. `settled`: the count of workers behind the share was
+    /// confirmed by a listing that saw the fleet unchanged since the one before.
+    pub fn set_ceiling(&self, rate: f64, settled: bool) {
         if !self.config.adaptive {
             return;
         }
@@ -184,6 +190,16 @@ impl RatePacer {
             // Never throttled: the share is a known-safe rate, so start there instead of
             // probing up to it.
             s.rate = s.ceiling;
+        } else if settled && s.cut_from.is_some_and(|from| from > s.ceiling) {
+            // The last cut was made while this worker sent more than its share of the
+            // fleet as now counted: the throttle came from a fleet growing faster than
+            // its members counted each other (a first backup's splits reach new workers
+            // every few seconds), not from the account being busy with others. With the
+            // count settled the share is safe, so the cut is forgiven instead of being
+            // regained by additive growth, which at 64 workers takes minutes. A cut made
+            // at or under the share is the account's answer and stays.
+            s.rate = s.ceiling;
+            s.cut_from = None;
         } else {
             // Backed off: keep the same fraction of the share. When workers leave, the
             // ones left take over their share at once, so the fleet's rate holds,
@@ -276,6 +292,7 @@ impl RatePacer {
             return;
         }
         s.last_cut = Some(now);
+        s.cut_from = Some(s.rate);
         s.granted = 0.0;
         s.slow_start = false;
         let new = (s.rate * self.config.decrease).max(self.config.min);
@@ -399,19 +416,59 @@ mod tests {
     #[test]
     fn a_share_that_changes_moves_a_backed_off_rate_in_proportion() {
         let p = RatePacer::new(PacerConfig::account(), Some(0.0));
-        p.set_ceiling(1_000.0);
+        p.set_ceiling(1_000.0, false);
         assert_eq!(p.rate(), 1_000.0, "never throttled: starts at its share");
         p.throttled();
         assert!((p.rate() - 700.0).abs() < 1e-6);
         // Half the workers left: twice the share, and the same 70% of it.
-        p.set_ceiling(2_000.0);
+        p.set_ceiling(2_000.0, false);
         assert!((p.rate() - 1_400.0).abs() < 1e-6, "{}", p.rate());
         // Four times as many joined: a quarter of the share, still 70% of it.
-        p.set_ceiling(500.0);
+        p.set_ceiling(500.0, false);
         assert!((p.rate() - 350.0).abs() < 1e-6, "{}", p.rate());
         // Never below the pacer's floor.
-        p.set_ceiling(50.0);
+        p.set_ceiling(50.0, false);
         assert_eq!(p.rate(), 100.0);
+    }
+
+    #[test]
+    fn a_cut_made_above_a_settled_share_is_forgiven_and_one_within_it_is_not() {
+        // A first backup spreading: this worker counted 8 workers and took their share,
+        // but 32 were already sending; the account refused it twice.
+        let p = RatePacer::new(PacerConfig::account(), Some(0.0));
+        p.set_ceiling(ACCOUNT_BUDGET / 8.0, false);
+        p.throttled();
+        end_cool_down(&p);
+        p.throttled();
+        let cut = p.rate();
+        assert!(cut < 0.5 * ACCOUNT_BUDGET / 8.0 + 1.0, "{cut}");
+        // A listing still counting the fleet's growth: the cut stays, in proportion.
+        let share = ACCOUNT_BUDGET / 32.0;
+        p.set_ceiling(share, false);
+        assert!(p.rate() < share, "{} vs {share}", p.rate());
+        // The next listing finds the same fleet: the worker's cuts came from sending
+        // more than this share, so it takes the share again.
+        p.set_ceiling(share, true);
+        assert_eq!(p.rate(), share);
+        // Now the account refuses it within its share (another client is busy): that
+        // cut is the account's answer, and a settled count does not undo it.
+        end_cool_down(&p);
+        p.throttled();
+        let within = p.rate();
+        assert!((within - 0.7 * share).abs() < 1e-6, "{within}");
+        p.set_ceiling(share, true);
+        assert_eq!(p.rate(), within);
+        // Nor when workers leave: the same fraction of the larger share.
+        p.set_ceiling(2.0 * share, true);
+        assert!((p.rate() - 2.0 * within).abs() < 1e-6, "{}", p.rate());
+    }
+
+    /// Lets the next `throttled` cut again without waiting: books a cool-down's worth
+    /// of requests and moves the last cut back past the cool-down.
+    fn end_cool_down(p: &RatePacer) {
+        let mut s = p.state.lock().unwrap();
+        s.last_cut = s.last_cut.map(|t| t - p.config.cool_down);
+        s.granted = s.rate * p.config.cool_down.as_secs_f64();
     }
 
     #[test]
@@ -423,13 +480,13 @@ mod tests {
         p.throttled();
         let cut = p.rate();
         assert!(cut < before);
-        p.set_ceiling(1_000.0);
+        p.set_ceiling(1_000.0, false);
         assert_eq!(
             p.rate(),
             cut.min(1_000.0),
             "not scaled against an unknown share"
         );
-        p.set_ceiling(100.0);
+        p.set_ceiling(100.0, false);
         assert_eq!(p.rate(), 100.0);
     }
 

@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use tablevault_azure::{Error, RetryObserver};
 use tablevault_worker::MAX_POLL_INTERVAL;
+use tablevault_worker::fleet::{FleetCount, GROWING_PERIOD, LISTING_PERIOD};
 use tablevault_worker::limiter::AdaptiveLimit;
 use tablevault_worker::pacer::{PARTITION_RATE, PacerConfig, RatePacer};
 use tokio::sync::Notify;
@@ -119,9 +120,9 @@ pub(crate) struct Worker {
     pub pacer: Option<RefCell<Pacer>>,
     /// Tasks in flight (a worker with one heartbeats).
     busy: Cell<usize>,
-    /// Its last listing of the fleet's heartbeats: when, how many live, and whether
-    /// that count had changed.
-    fleet_view: Cell<Option<(Instant, usize, bool)>>,
+    /// Its last listing of the fleet's heartbeats: when, how many live, and when a
+    /// listing last found that count changed.
+    fleet_view: Cell<Option<(Instant, usize, Instant)>>,
 }
 
 impl Worker {
@@ -157,20 +158,22 @@ impl Worker {
 
 impl Worker {
     /// Whether its last fleet listing is old enough to list again: `GROWING_S` while
-    /// the count was changing, else `LISTING_S` (or there was none).
+    /// the count changed within `LISTING_S`, else `LISTING_S` (or there was none).
     fn fleet_listing_due(&self) -> bool {
-        self.fleet_view.get().is_none_or(|(at, _, changing)| {
+        self.fleet_view.get().is_none_or(|(at, _, changed)| {
+            let now = Instant::now();
+            let changing = now.duration_since(changed) < Duration::from_secs(LISTING_S);
             let period = if changing { GROWING_S } else { LISTING_S };
-            Instant::now().duration_since(at) >= Duration::from_secs(period)
+            now.duration_since(at) >= Duration::from_secs(period)
         })
     }
 }
 
-/// The product's `fleet` listings: every `GROWING_S` while heartbeats appear or turn idle (a
-/// worker writes its first when it starts its first task of the job), then every
-/// `LISTING_S`.
-const GROWING_S: u64 = 3;
-const LISTING_S: u64 = 25;
+/// The product's `fleet` listings: every `GROWING_S` while heartbeats appeared or turned
+/// idle within the last `LISTING_S` (a worker writes its first when it starts its first
+/// task of the job), else every `LISTING_S`.
+const GROWING_S: u64 = GROWING_PERIOD.as_secs();
+const LISTING_S: u64 = LISTING_PERIOD.as_secs();
 
 /// Limiter levels seen by the sampler.
 #[derive(Debug, Clone)]
@@ -308,7 +311,7 @@ impl<T: 'static> Engine<T> {
     }
 
     /// What the product's worker does as a task starts (`Worker::limiter_for`): unless
-    /// its last listing is recent (`GROWING_S` while the count was changing, else
+    /// its last listing is recent (`GROWING_S` while the count changed lately, else
     /// `LISTING_S`), list the job's heartbeats (one request) and hold its pacer to its
     /// share of the account among the live workers. A worker is live while it has a
     /// task in flight: its heartbeat is written at once when it starts one with none
@@ -331,11 +334,13 @@ impl<T: 'static> Engine<T> {
             .filter(|w| w.busy.get() > 0)
             .count()
             .max(1);
-        let changing = worker.fleet_view.get().is_none_or(|(_, n, _)| n != live);
-        worker
-            .fleet_view
-            .set(Some((Instant::now(), live, changing)));
-        worker.limiter.set_fleet_size(live);
+        let now = Instant::now();
+        let (changed, settled) = match worker.fleet_view.get() {
+            Some((_, n, changed)) if n == live => (changed, true),
+            _ => (now, false),
+        };
+        worker.fleet_view.set(Some((now, live, changed)));
+        worker.limiter.set_fleet_size(FleetCount { live, settled });
     }
 
     /// A task is done (committed or its done record written).
