@@ -67,6 +67,10 @@ struct Simulate {
     /// Have the service send this `Retry-After` (ms) with every 503 (Azure: none known).
     #[arg(long)]
     retry_after_ms: Option<u64>,
+    /// Have other clients (production) use this share of the account's rate throughout
+    /// (0.3: the backup or restore gets 70% of it).
+    #[arg(long, default_value_t = 0.0)]
+    production_load: f64,
     /// Table sizes at which to measure peak RSS (comma-separated; 0 to skip).
     #[arg(long, value_delimiter = ',', default_value = "100000,1000000,10000000")]
     rss_sizes: Vec<u64>,
@@ -90,6 +94,7 @@ impl From<Simulate> for SimOptions {
             batches_in_flight: s.batches_in_flight,
             split_after: s.split_after,
             retry_after: s.retry_after_ms.map(std::time::Duration::from_millis),
+            production_load: s.production_load,
             rss_sizes: s.rss_sizes.into_iter().filter(|&n| n > 0).collect(),
             seed: s.seed,
             json: s.json,

@@ -465,6 +465,8 @@ pub struct SimOptions {
     pub split_after: Option<u64>,
     /// A `Retry-After` the service sends with every 503 (Azure: none known).
     pub retry_after: Option<std::time::Duration>,
+    /// The share of the account other clients use throughout.
+    pub production_load: f64,
     /// Table sizes of the RSS probes (none: skip).
     pub rss_sizes: Vec<u64>,
     /// Seed.
@@ -500,6 +502,7 @@ impl SimOptions {
             .split_after
             .map_or(SplitRule::WhenIdle, SplitRule::Every);
         c.limits.retry_after = self.retry_after;
+        c.limits.production_load = self.production_load;
         c.seed = self.seed;
         c
     }

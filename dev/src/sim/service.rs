@@ -24,6 +24,9 @@ pub struct Limits {
     pub max_latency: Duration,
     /// A delay sent with every 503 (`Retry-After`); Azure is not known to send one.
     pub retry_after: Option<Duration>,
+    /// The share of the account's rate other clients (the production application)
+    /// use throughout, in `[0, 1)`: the backup or restore gets the rest.
+    pub production_load: f64,
 }
 
 impl Default for Limits {
@@ -35,6 +38,7 @@ impl Default for Limits {
             min_latency: Duration::from_millis(5),
             max_latency: Duration::from_millis(30),
             retry_after: None,
+            production_load: 0.0,
         }
     }
 }
@@ -124,7 +128,11 @@ impl Service {
     /// A rested account (every bucket full) at `now`.
     pub fn new(limits: Limits, seed: u64, now: Instant) -> Self {
         Service {
-            account: Bucket::full(limits.account_per_second, limits.burst_seconds, now),
+            account: Bucket::full(
+                limits.account_per_second * (1.0 - limits.production_load.clamp(0.0, 0.99)),
+                limits.burst_seconds,
+                now,
+            ),
             limits,
             partitions: HashMap::new(),
             rng: Rng::new(seed ^ 0x05e4_11ce),
@@ -223,5 +231,32 @@ mod tests {
         assert_eq!(s.counts.busy(), 2);
         let l = s.latency();
         assert!(l >= Duration::from_millis(5) && l <= Duration::from_millis(30));
+    }
+
+    #[test]
+    fn production_load_leaves_the_rest_of_the_account() {
+        let t0 = Instant::now();
+        let limits = Limits {
+            production_load: 0.3,
+            ..Limits::default()
+        };
+        let mut s = Service::new(limits, 1, t0);
+        // 14,000 of the 20,000 are left: 14 pages in distinct partitions, then 503.
+        for p in 0..14 {
+            assert_eq!(s.request(p, 1000, t0), Answer::Ok, "page {p}");
+        }
+        assert!(matches!(
+            s.request(99, 1000, t0),
+            Answer::Busy {
+                scope: Scope::Account,
+                ..
+            }
+        ));
+        // And refilled at 14,000/s.
+        let later = t0 + Duration::from_millis(500);
+        for p in 100..107 {
+            assert_eq!(s.request(p, 1000, later), Answer::Ok);
+        }
+        assert!(matches!(s.request(200, 1000, later), Answer::Busy { .. }));
     }
 }
