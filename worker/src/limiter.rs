@@ -173,16 +173,17 @@ impl AdaptiveLimit {
     }
 
     /// The service pushed back: lower the rate and halve the limit (each at most once per
-    /// cool-down).
-    pub fn throttled(&self) {
-        self.pacer.throttled();
+    /// cool-down). Returns when the retry may leave by the rate
+    /// ([`RatePacer::throttled`]).
+    pub fn throttled(&self) -> Instant {
+        let retry_at = self.pacer.throttled();
         let mut s = self.state.lock().expect("limit lock");
         s.throttles += 1;
         let now = Instant::now();
         if s.last_cut
             .is_some_and(|t| now.duration_since(t) < self.cool_down)
         {
-            return;
+            return retry_at;
         }
         s.last_cut = Some(now);
         s.successes = 0;
@@ -195,6 +196,7 @@ impl AdaptiveLimit {
             );
             s.limit = new;
         }
+        retry_at
     }
 
     fn succeeded(&self) {
@@ -231,9 +233,12 @@ pub fn is_throttling(e: &Error) -> bool {
 }
 
 impl RetryObserver for AdaptiveLimit {
-    fn on_retry(&self, _op: &'static str, error: &Error, _delay: Duration) {
+    fn on_retry(&self, _op: &'static str, error: &Error, delay: Duration) -> Duration {
         if is_throttling(error) {
-            self.throttled();
+            let wait = self.throttled().saturating_duration_since(Instant::now());
+            delay.max(wait)
+        } else {
+            delay
         }
     }
 }
@@ -254,6 +259,42 @@ mod tests {
         l.throttled(); // within the cool-down: no second cut
         assert_eq!(l.current(), 2);
         assert_eq!(l.throttles(), 2);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_throttled_retry_waits_for_the_rate_and_other_retries_do_not() {
+        let l = AdaptiveLimit::new(4, 1, 16);
+        l.set_fleet_size(FleetCount::settled(64));
+        let share = ACCOUNT_BUDGET / 64.0;
+        // Three pages booked: the pacer is busy for seconds at ~300 entities/s.
+        for _ in 0..3 {
+            l.pace(1_000).await;
+        }
+        let busy = Error::Service {
+            op: "t",
+            status: 503,
+            code: Some("ServerBusy".into()),
+            message: "busy".into(),
+            retry_after: None,
+        };
+        let backoff = Duration::from_millis(200);
+        let wait = l.on_retry("t", &busy, backoff);
+        assert!(
+            wait >= Duration::from_secs_f64(1_000.0 / share) - Duration::from_millis(200),
+            "a retry waits for a page's worth at the share: {wait:?}"
+        );
+        let again = l.on_retry("t", &busy, backoff);
+        assert!(again > wait, "booked behind the first retry: {again:?}");
+        // A failure that is not throttling is retried on the backoff's schedule.
+        let reset = Error::Transport {
+            op: "t",
+            kind: tablevault_azure::error::TransportKind::Interrupted,
+            detail: "connection reset".into(),
+        };
+        assert_eq!(l.on_retry("t", &reset, backoff), backoff);
+        // The emulator has no rate: its retries keep the backoff too.
+        let e = AdaptiveLimit::for_endpoint("http://127.0.0.1:10002/devstoreaccount1");
+        assert!(e.on_retry("t", &busy, backoff) <= backoff + Duration::from_millis(1));
     }
 
     #[tokio::test(start_paused = true)]

@@ -268,17 +268,23 @@ impl RatePacer {
         s.next_free = s.next_free.checked_sub(back).unwrap_or(now).max(earliest);
     }
 
-    /// The service throttled and the request will be retried: book the retry (the
-    /// client sends it without asking the pacer, so later requests make room for it) and
-    /// cut the rate (once per episode).
-    pub fn throttled(&self) {
+    /// The service throttled and the request will be retried: book the retry (so later
+    /// requests make room for it) and cut the rate (once per episode). Returns when the
+    /// retry's booked time comes: the client waits for it as it waits out its backoff,
+    /// so a worker's retries keep to its rate too. Without that, a fleet pressed against
+    /// an account that other clients also use resends every refused request on the
+    /// backoff's schedule alone, and its retries, not its paced requests, are most of
+    /// what the account refuses.
+    pub fn throttled(&self) -> Instant {
         let now = Instant::now();
         let mut s = self.state.lock().expect("pacer lock");
         s.throttles += 1;
+        let mut retry_at = now;
         if self.config.adaptive && s.request > 0.0 {
             let retry = Duration::from_secs_f64(s.request / s.rate);
             let earliest = now.checked_sub(self.config.burst).unwrap_or(now);
-            s.next_free = s.next_free.max(earliest) + retry;
+            retry_at = s.next_free.max(earliest);
+            s.next_free = retry_at + retry;
         }
         // One cut per episode: not within the cool-down, and not before requests paced at
         // the new rate (a cool-down's worth) could have been refused; until then the
@@ -289,7 +295,7 @@ impl RatePacer {
                     || s.granted < s.rate * self.config.cool_down.as_secs_f64()
             })
         {
-            return;
+            return retry_at;
         }
         s.last_cut = Some(now);
         s.cut_from = Some(s.rate);
@@ -304,6 +310,7 @@ impl RatePacer {
             );
             s.rate = new;
         }
+        retry_at
     }
 }
 
@@ -345,6 +352,34 @@ mod tests {
         assert_eq!(p.rate(), 1_000.0);
         p.throttled();
         assert_eq!(p.rate(), 1_000.0, "a fixed pacer does not adapt");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_refused_request_is_retried_at_its_booked_time_not_before() {
+        let p = RatePacer::new(fixed_start(1_000.0), Some(0.0));
+        // Two pages of 500 booked: the pacer is busy until 1 s from now.
+        let t0 = Instant::now();
+        p.reserve(500);
+        p.reserve(500);
+        // The first is refused: its retry goes after what was already booked (the second
+        // page), and what is booked next goes after the retry.
+        let retry_at = p.throttled();
+        assert_eq!(retry_at - t0, Duration::from_secs(1), "behind both pages");
+        let next = p.reserve(500);
+        assert!(next > retry_at, "{:?}", next - t0);
+        // Refused again and again: each retry is booked behind the last, so a worker's
+        // retries keep to its (cut) rate instead of following the backoff alone.
+        let again = p.throttled();
+        assert!(
+            again > retry_at,
+            "{:?} then {:?}",
+            retry_at - t0,
+            again - t0
+        );
+        // A fixed pacer books nothing: its retry may go at once.
+        let f = RatePacer::new(PacerConfig::fixed(1_000.0), Some(0.0));
+        f.reserve(1_000);
+        assert_eq!(f.throttled(), Instant::now());
     }
 
     #[tokio::test(start_paused = true)]

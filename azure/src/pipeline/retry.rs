@@ -25,10 +25,13 @@ pub enum Idempotency {
 }
 
 /// Told about every retry, so callers can react to throttling (for example by lowering
-/// their concurrency) even though the retry itself happens inside the client.
+/// their concurrency or rate) even though the retry itself happens inside the client.
 pub trait RetryObserver: Send + Sync + fmt::Debug {
-    /// A request failed with `error` and will be sent again after `delay`.
-    fn on_retry(&self, op: &'static str, error: &Error, delay: Duration);
+    /// A request failed with `error` and will be sent again after `delay` (the backoff's,
+    /// or the server's `Retry-After`). Returns how long to wait instead: `delay` or
+    /// longer (a rate pacer's booked time for the retry), capped by the client at the
+    /// policy's `max_delay`.
+    fn on_retry(&self, op: &'static str, error: &Error, delay: Duration) -> Duration;
 }
 
 /// How many times and how patiently to retry.
@@ -95,16 +98,19 @@ impl RetryPolicy {
             })
             .adjust(move |e: &Error, planned: Option<Duration>| {
                 // `None` means the retry budget is spent: keep it that way.
-                planned.map(|d| match e.retry_after() {
-                    Some(asked) => asked.max(d).min(max_delay),
-                    None => d,
+                planned.map(|d| {
+                    let d = match e.retry_after() {
+                        Some(asked) => asked.max(d).min(max_delay),
+                        None => d,
+                    };
+                    match &observer {
+                        Some(o) => o.on_retry(op, e, d).min(max_delay).max(d),
+                        None => d,
+                    }
                 })
             })
             .notify(|e: &Error, delay: Duration| {
                 tracing::warn!(op, delay_ms = delay.as_millis() as u64, error = %e, "retrying");
-                if let Some(o) = &observer {
-                    o.on_retry(op, e, delay);
-                }
             })
             .await
     }
@@ -161,6 +167,57 @@ mod tests {
             "{:?}",
             start.elapsed()
         );
+    }
+
+    /// Asks for `wait` before every retry and counts what it was told.
+    #[derive(Debug)]
+    struct Pacing {
+        wait: Duration,
+        told: AtomicUsize,
+    }
+
+    impl RetryObserver for Pacing {
+        fn on_retry(&self, _op: &'static str, _error: &Error, delay: Duration) -> Duration {
+            self.told.fetch_add(1, Ordering::SeqCst);
+            self.wait.max(delay)
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_observer_can_lengthen_a_retry_delay_up_to_the_policy_maximum() {
+        for (asked, expected) in [
+            (Duration::from_secs(7), Duration::from_secs(7)),
+            (Duration::from_secs(300), Duration::from_secs(30)),
+            (Duration::ZERO, Duration::from_millis(200)),
+        ] {
+            let observer = Arc::new(Pacing {
+                wait: asked,
+                told: AtomicUsize::new(0),
+            });
+            let policy = RetryPolicy {
+                observer: Some(observer.clone()),
+                ..RetryPolicy::default()
+            };
+            let calls = AtomicUsize::new(0);
+            let start = tokio::time::Instant::now();
+            policy
+                .run("t", Idempotency::Idempotent, || async {
+                    if calls.fetch_add(1, Ordering::SeqCst) == 0 {
+                        Err(busy(None))
+                    } else {
+                        Ok(())
+                    }
+                })
+                .await
+                .unwrap();
+            let took = start.elapsed();
+            assert_eq!(observer.told.load(Ordering::SeqCst), 1);
+            // The backoff's own first delay is 200-400 ms (jitter).
+            assert!(
+                took >= expected && took <= expected.max(Duration::from_millis(400)),
+                "asked {asked:?}: waited {took:?}"
+            );
+        }
     }
 
     #[tokio::test(start_paused = true)]

@@ -433,15 +433,19 @@ impl<T: 'static> Engine<T> {
                 &mut self.jitter.borrow_mut(),
                 retry_after,
                 now,
+                |delay| {
+                    if observe {
+                        worker
+                            .limiter
+                            .on_retry("Submit Batch", &server_busy(retry_after), delay)
+                    } else {
+                        delay
+                    }
+                },
             );
             match next {
                 Ok(delay) => {
                     self.counts.borrow_mut().retries += 1;
-                    if observe {
-                        worker
-                            .limiter
-                            .on_retry("Submit Batch", &server_busy(retry_after), delay);
-                    }
                     sleep(delay).await;
                 }
                 Err(wait) => {

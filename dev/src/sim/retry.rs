@@ -60,13 +60,16 @@ impl Retrying {
     ///
     /// As `backon`: the base delay starts at `min_delay` and doubles up to `max_delay`;
     /// jitter adds a uniform fraction of it; a server-requested delay replaces a shorter
-    /// one, capped at `max_delay` (`RetryPolicy::run`'s `adjust`).
+    /// one, capped at `max_delay`, and then the client's observer may lengthen it, up to
+    /// `max_delay` (`RetryPolicy::run`'s `adjust`: `observe` stands for its
+    /// `RetryObserver::on_retry`).
     pub fn after_busy(
         &mut self,
         policy: &Backoff,
         rng: &mut Rng,
         retry_after: Option<Duration>,
         now: Instant,
+        observe: impl FnOnce(Duration) -> Duration,
     ) -> Result<Duration, Duration> {
         if self.retries >= policy.max_retries {
             return Err(Duration::ZERO);
@@ -81,6 +84,7 @@ impl Retrying {
         if let Some(asked) = retry_after {
             delay = asked.max(delay).min(policy.max_delay);
         }
+        delay = observe(delay).min(policy.max_delay).max(delay);
         let elapsed = now.saturating_duration_since(self.started);
         if elapsed + delay >= policy.deadline {
             return Err(policy.deadline.saturating_sub(elapsed));
@@ -101,7 +105,7 @@ mod tests {
         let mut r = Retrying::new(t0);
         let mut at = t0;
         let mut delays = Vec::new();
-        while let Ok(d) = r.after_busy(&policy, &mut rng, None, at) {
+        while let Ok(d) = r.after_busy(&policy, &mut rng, None, at, |d| d) {
             delays.push(d);
             at += d;
         }
