@@ -257,6 +257,12 @@ pub struct BackupArgs {
     /// Deliveries of a task before it is poisoned.
     #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..=100))]
     pub max_attempts: u64,
+    /// Most entities per second all workers together read from the source account, to
+    /// leave room for the application using it (Azure serves about 20,000 per account).
+    /// Each live worker keeps to its share. Default: the account's target alone, which
+    /// workers approach and back off from when the service refuses.
+    #[arg(long, value_name = "ENTITIES_PER_S", value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_rate: Option<u32>,
     /// Seconds a claimed task stays hidden from other workers between extensions.
     #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(5..=3600))]
     pub visibility_timeout: u64,
@@ -335,6 +341,12 @@ pub struct RestoreArgs {
     /// Deliveries of a task before it is poisoned.
     #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..=100))]
     pub max_attempts: u64,
+    /// Most entities per second all workers together write to the target account, to
+    /// leave room for the application using it (Azure serves about 20,000 per account).
+    /// Each live worker keeps to its share; the check after the restore is not held to
+    /// it. Default: the account's target alone.
+    #[arg(long, value_name = "ENTITIES_PER_S", value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_rate: Option<u32>,
     #[command(flatten)]
     pub wait_for: WaitArgs,
     #[command(flatten)]

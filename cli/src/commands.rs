@@ -114,6 +114,7 @@ async fn backup(a: BackupArgs, shutdown: &CancellationToken) -> Result<BackupRep
     req.compression = a.compression;
     req.blocks_per_blob = a.blocks_per_blob as usize;
     req.block_bytes = a.block_size as usize;
+    req.max_rate = a.max_rate;
     req.max_attempts = a.max_attempts;
     let mut opts = watch_options(
         "backup",
@@ -220,6 +221,7 @@ async fn restore(a: RestoreArgs, shutdown: &CancellationToken) -> Result<Outcome
     req.per_blob_max_bytes = a.per_blob_max_bytes;
     req.max_attempts = a.max_attempts;
     req.verify = !a.no_verify;
+    req.max_rate = a.max_rate;
     if a.dry_run {
         return restore::preview(&req, &location)
             .await

@@ -69,6 +69,8 @@ pub struct BackupRequest {
     pub block_bytes: usize,
     /// Deliveries after which a task is poisoned.
     pub max_attempts: u64,
+    /// Most entities per second the whole fleet reads (`None`: the account's target).
+    pub max_rate: Option<u32>,
 }
 
 impl BackupRequest {
@@ -86,6 +88,7 @@ impl BackupRequest {
             blocks_per_blob: 20,
             block_bytes: DEFAULT_BLOCK_BYTES,
             max_attempts: 5,
+            max_rate: None,
         }
     }
 }
@@ -176,6 +179,11 @@ pub async fn plan(req: &BackupRequest, location: &Location) -> Result<BackupJob>
     if req.block_bytes < 64 * 1024 {
         return Err(Error::invalid("--block-size must be at least 64 KiB"));
     }
+    if req.max_rate == Some(0) {
+        return Err(Error::invalid(
+            "--max-rate must be at least 1 entity per second",
+        ));
+    }
     let source = TableClient::with_options(&req.source, &location.client_options)?;
     let split = normalize_split_keys(&req.split_keys)?;
     let store = location.store()?;
@@ -212,6 +220,7 @@ pub async fn plan(req: &BackupRequest, location: &Location) -> Result<BackupJob>
             batch_bytes: DEFAULT_BATCH_BYTES,
             max_attempts: req.max_attempts.max(1),
             queue: location.queue.clone(),
+            max_rate: req.max_rate,
         },
         tables,
         tool_version: env!("CARGO_PKG_VERSION").to_string(),

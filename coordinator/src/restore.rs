@@ -55,6 +55,8 @@ pub struct RestoreRequest {
     pub max_attempts: u64,
     /// Read the target back and compare it with the backup at the end.
     pub verify: bool,
+    /// Most entities per second the whole fleet writes (`None`: the account's target).
+    pub max_rate: Option<u32>,
 }
 
 impl RestoreRequest {
@@ -69,6 +71,7 @@ impl RestoreRequest {
             per_blob_max_bytes: DEFAULT_PER_BLOB_MAX_BYTES,
             max_attempts: 5,
             verify: true,
+            max_rate: None,
         }
     }
 }
@@ -201,6 +204,11 @@ async fn create_target_table(client: &TableClient, target: &AccountRef, table: &
 /// Plans a restore: checks the backup, creates the target tables, writes the restore's
 /// plan and state, and enqueues its tasks. Returns the job.
 pub async fn plan_and_enqueue(req: &RestoreRequest, location: &Location) -> Result<RestoreJob> {
+    if req.max_rate == Some(0) {
+        return Err(Error::invalid(
+            "--max-rate must be at least 1 entity per second",
+        ));
+    }
     let store = location.store()?;
     let manifest = load_complete_manifest(&store, &req.backup_id).await?;
     let pairs = crate::selection::select(&manifest, req.tables.as_deref(), &req.renames)?;
@@ -248,6 +256,7 @@ pub async fn plan_and_enqueue(req: &RestoreRequest, location: &Location) -> Resu
         max_attempts: req.max_attempts.max(1),
         tables,
         verify: req.verify,
+        max_rate: req.max_rate,
         tool_version: env!("CARGO_PKG_VERSION").to_string(),
     };
     if store

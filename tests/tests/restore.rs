@@ -80,6 +80,51 @@ async fn every_type_round_trips_through_backup_and_restore() {
     }
 }
 
+/// `--max-rate` is written into both jobs for every worker to read, refused at zero, and
+/// a capped backup and restore lose nothing (the rate itself is unit-tested in the
+/// worker's limiter: on the emulator only the cap holds a worker back).
+#[tokio::test]
+async fn a_rate_capped_backup_and_restore_keep_the_cap_in_their_jobs() {
+    let env = TestEnv::start().await;
+    let client = TableClient::new(&env.account).unwrap();
+    let table = unique_table("capsrc");
+    let source = load_edge_table(&client, &table).await;
+    let t = target(&env.account);
+    let mut req = backup_of(&env.account, &table);
+    req.max_rate = Some(0);
+    let refused = run_backup(&req, &t, &watch_opts(2, &env.account))
+        .await
+        .unwrap_err();
+    assert!(refused.to_string().contains("--max-rate"), "{refused}");
+    req.max_rate = Some(5_000);
+    let backup = run_backup(&req, &t, &watch_opts(2, &env.account))
+        .await
+        .unwrap();
+    assert_eq!(backup.status, "complete");
+    let blobs = store(&t);
+    let job = blobs.backup_job(&backup.backup_id).await.unwrap().unwrap();
+    assert_eq!(job.options.max_rate, Some(5_000));
+
+    let restored_table = unique_table("capdst");
+    let mut r = RestoreRequest::new(&backup.backup_id, env.account.clone());
+    r.renames = vec![(table.clone(), restored_table.clone())];
+    r.max_rate = Some(0);
+    let refused = run_restore(&r, &t, &watch_opts(2, &env.account))
+        .await
+        .unwrap_err();
+    assert!(refused.to_string().contains("--max-rate"), "{refused}");
+    r.max_rate = Some(5_000);
+    let report = run_restore(&r, &t, &watch_opts(2, &env.account))
+        .await
+        .unwrap();
+    assert_eq!(report.status, "complete", "{report:?}");
+    let job = tablevault_coordinator::restore::find_restore(&blobs, &report.restore_id)
+        .await
+        .unwrap();
+    assert_eq!(job.max_rate, Some(5_000));
+    assert_same_tables(&scan_all(&client, &restored_table).await, &source);
+}
+
 #[tokio::test]
 async fn thousands_of_entities_restore_per_block_and_per_blob() {
     let Setup {

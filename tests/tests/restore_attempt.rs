@@ -80,6 +80,7 @@ fn restore_job(mode: RestoreMode) -> RestoreJob {
         max_attempts: 5,
         tables: Vec::new(),
         verify: true,
+        max_rate: None,
         tool_version: String::new(),
     }
 }

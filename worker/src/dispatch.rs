@@ -143,24 +143,26 @@ impl Worker {
         }
     }
 
-    /// The limiter of a Table endpoint, held to this worker's share of the account by
-    /// the live workers of the job whose heartbeats are under `heartbeats`, now and
-    /// while the returned guard lives.
+    /// The limiter of a Table endpoint, held to this worker's share of the account (or
+    /// of the job's `max_rate`) by the live workers of the job whose heartbeats are under
+    /// `heartbeats`, now and while the returned guard lives.
     async fn limiter_for(
         &self,
         endpoint: &str,
         store: &Store,
         heartbeats: &str,
+        max_rate: Option<u32>,
     ) -> (Arc<AdaptiveLimit>, FleetShare) {
         let limiter = self.jobs.limiter_for(endpoint);
         if let Some(count) = self.fleet.live_workers(store, heartbeats).await {
-            limiter.set_fleet_size(count);
+            limiter.set_fleet_size(count, max_rate);
         }
         let following = FleetShare::follow(
             self.fleet.clone(),
             store.clone(),
             heartbeats.to_string(),
             limiter.clone(),
+            max_rate,
         );
         (limiter, following)
     }
@@ -333,7 +335,12 @@ impl Worker {
                 ceiling,
             } => {
                 let (limiter, _following) = self
-                    .limiter_for(&job.source.table_endpoint, &store, &resolved.heartbeats)
+                    .limiter_for(
+                        &job.source.table_endpoint,
+                        &store,
+                        &resolved.heartbeats,
+                        job.options.max_rate,
+                    )
                     .await;
                 let Some(source) =
                     self.jobs
@@ -392,7 +399,12 @@ impl Worker {
                 block,
             } => {
                 let (limiter, _following) = self
-                    .limiter_for(&job.target.table_endpoint, &store, &resolved.heartbeats)
+                    .limiter_for(
+                        &job.target.table_endpoint,
+                        &store,
+                        &resolved.heartbeats,
+                        job.max_rate,
+                    )
                     .await;
                 let Some(target) =
                     self.jobs

@@ -162,18 +162,19 @@ pub struct FleetShare(tokio::task::JoinHandle<()>);
 
 impl FleetShare {
     /// Every [`GROWING_PERIOD`], the live workers under `root` (listed only when the last
-    /// listing is old enough) set `limiter`'s share.
+    /// listing is old enough) set `limiter`'s share of the account, or of `max_rate`.
     pub fn follow(
         fleet: Arc<FleetWatch>,
         store: Store,
         root: String,
         limiter: Arc<AdaptiveLimit>,
+        max_rate: Option<u32>,
     ) -> Self {
         FleetShare(tokio::spawn(async move {
             loop {
                 tokio::time::sleep(GROWING_PERIOD).await;
                 if let Some(count) = fleet.live_workers(&store, &root).await {
-                    limiter.set_fleet_size(count);
+                    limiter.set_fleet_size(count, max_rate);
                 }
             }
         }))

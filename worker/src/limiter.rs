@@ -133,13 +133,18 @@ impl AdaptiveLimit {
 
     /// `fleet.live` workers (this one included) share the account now: this one keeps
     /// to its share of the account's target (less a margin), so a fleet does not
-    /// overshoot the account together and then settle low. No effect on the emulator,
-    /// which has no target.
-    pub fn set_fleet_size(&self, fleet: FleetCount) {
-        if self.paces_partitions() {
-            self.pacer
-                .set_ceiling(ACCOUNT_BUDGET / fleet.live.max(1) as f64, fleet.settled);
-        }
+    /// overshoot the account together and then settle low; with `max_rate` (entities
+    /// per second for the whole fleet, the user's), to its share of that if lower. The
+    /// emulator has no target: there only `max_rate` holds it.
+    pub fn set_fleet_size(&self, fleet: FleetCount, max_rate: Option<u32>) {
+        let cap = max_rate.map(f64::from);
+        let budget = match (self.paces_partitions(), cap) {
+            (true, cap) => cap.map_or(ACCOUNT_BUDGET, |c| c.min(ACCOUNT_BUDGET)),
+            (false, Some(cap)) => cap,
+            (false, None) => return,
+        };
+        self.pacer
+            .set_ceiling(budget / fleet.live.max(1) as f64, fleet.settled);
     }
 
     /// The current account rate, entities per second.
@@ -264,7 +269,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_throttled_retry_waits_for_the_rate_and_other_retries_do_not() {
         let l = AdaptiveLimit::new(4, 1, 16);
-        l.set_fleet_size(FleetCount::settled(64));
+        l.set_fleet_size(FleetCount::settled(64), None);
         let share = ACCOUNT_BUDGET / 64.0;
         // Three pages booked: the pacer is busy for seconds at ~300 entities/s.
         for _ in 0..3 {
@@ -298,9 +303,37 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
+    async fn a_max_rate_is_shared_like_the_account_and_holds_on_the_emulator_too() {
+        // 4 workers under a cap of 8,000/s: 2,000 each, however long they run.
+        let l = AdaptiveLimit::new(4, 1, 16);
+        l.set_fleet_size(FleetCount::settled(4), Some(8_000));
+        let t0 = tokio::time::Instant::now();
+        for _ in 0..20 {
+            l.pace(1_000).await;
+        }
+        assert_eq!(l.rate(), 2_000.0);
+        let took = t0.elapsed().as_secs_f64();
+        assert!(took >= 9.4, "20,000 entities at 2,000/s: {took} s");
+        // A cap above the account's target leaves the target's share.
+        l.set_fleet_size(FleetCount::settled(4), Some(1_000_000));
+        for _ in 0..600 {
+            l.pace(1_000).await;
+        }
+        assert!(
+            (l.rate() - ACCOUNT_BUDGET / 4.0).abs() < 1e-6,
+            "{}",
+            l.rate()
+        );
+        // The emulator has no target, but a cap holds it.
+        let e = AdaptiveLimit::for_endpoint("http://127.0.0.1:10002/devstoreaccount1");
+        e.set_fleet_size(FleetCount::settled(2), Some(3_000));
+        assert_eq!(e.rate(), 1_500.0);
+    }
+
+    #[tokio::test(start_paused = true)]
     async fn a_known_fleet_keeps_each_worker_to_its_share_of_the_account() {
         let l = AdaptiveLimit::new(4, 1, 16);
-        l.set_fleet_size(FleetCount::settled(16));
+        l.set_fleet_size(FleetCount::settled(16), None);
         let share = ACCOUNT_BUDGET / 16.0;
         // A minute of full use: slow start would pass the share within seconds.
         for _ in 0..600 {
@@ -308,7 +341,7 @@ mod tests {
         }
         assert!((l.rate() - share).abs() < 1e-6, "{} vs {share}", l.rate());
         // Workers leave: the share grows and the rate grows back to it.
-        l.set_fleet_size(FleetCount::settled(4));
+        l.set_fleet_size(FleetCount::settled(4), None);
         for _ in 0..3_000 {
             l.pace(1_000).await;
         }
@@ -320,7 +353,7 @@ mod tests {
         // The emulator has no target: no share.
         let e = AdaptiveLimit::for_endpoint("http://127.0.0.1:10002/devstoreaccount1");
         let before = e.rate();
-        e.set_fleet_size(FleetCount::settled(64));
+        e.set_fleet_size(FleetCount::settled(64), None);
         assert_eq!(e.rate(), before);
     }
 

@@ -350,6 +350,7 @@ mod tests {
             max_attempts: 5,
             tables: Vec::new(),
             verify: true,
+            max_rate: None,
             tool_version: String::new(),
         };
         store

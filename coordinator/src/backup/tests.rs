@@ -47,6 +47,7 @@ pub(crate) async fn fakes() -> Fakes {
             batch_bytes: DEFAULT_BATCH_BYTES,
             max_attempts: 5,
             queue: "q".into(),
+            max_rate: None,
         },
         tables: vec![TablePlan {
             name: "Tbl".into(),

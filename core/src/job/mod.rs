@@ -204,6 +204,7 @@ mod tests {
                 batch_bytes: 1,
                 max_attempts: 1,
                 queue: "q".into(),
+                max_rate: None,
             },
             tables: vec![TablePlan {
                 name: "T".into(),

@@ -52,6 +52,11 @@ pub struct BackupOptions {
     pub max_attempts: u64,
     /// The task queue.
     pub queue: String,
+    /// Most entities per second the whole fleet reads from the source account
+    /// (`--max-rate`), shared among the live workers like the account's own target;
+    /// absent: the account's target alone.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_rate: Option<u32>,
 }
 
 /// One planned task.
@@ -196,6 +201,10 @@ pub struct RestoreJob {
     /// Whether the target is read back and compared with the backup at the end.
     #[serde(default = "default_true")]
     pub verify: bool,
+    /// Most entities per second the whole fleet writes to the target account
+    /// (`--max-rate`); absent: the account's target alone.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_rate: Option<u32>,
     /// Version of the tablevault that planned it.
     pub tool_version: String,
 }
@@ -437,4 +446,32 @@ pub struct Manifest {
     pub stored_bytes: u64,
     /// Version of the tablevault that finalized it.
     pub tool_version: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A job of an earlier version: no `dynamic_split`, no `max_rate`.
+    const OLD_JOB: &str = r#"{
+        "protocol": 1, "format": 1, "backup_id": "20261122T114600Z-1a2b3c4d",
+        "created_at": "2026-11-22T11:46:00Z",
+        "source": { "account": "a", "table_endpoint": "https://a.table.core.windows.net" },
+        "options": { "compression": "zstd", "blocks_per_blob": 20, "block_bytes": 3984588,
+                     "batch_bytes": 3500000, "max_attempts": 5, "queue": "q" },
+        "tables": [], "tool_version": "0.1.0" }"#;
+
+    #[test]
+    fn a_rate_cap_is_optional_and_written_only_when_set() {
+        let mut job: BackupJob = serde_json::from_str(OLD_JOB).unwrap();
+        assert_eq!(job.options.max_rate, None);
+        assert!(!job.options.dynamic_split);
+        let text = serde_json::to_string(&job).unwrap();
+        assert!(!text.contains("max_rate"), "{text}");
+        job.options.max_rate = Some(8_000);
+        let text = serde_json::to_string(&job).unwrap();
+        let back: BackupJob = serde_json::from_str(&text).unwrap();
+        assert_eq!(back.options.max_rate, Some(8_000));
+        assert_eq!(back, job);
+    }
 }

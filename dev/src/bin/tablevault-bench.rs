@@ -71,6 +71,9 @@ struct Simulate {
     /// (0.3: the backup or restore gets 70% of it).
     #[arg(long, default_value_t = 0.0)]
     production_load: f64,
+    /// Hold the fleet to this many entities per second, as the product's `--max-rate`.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+    max_rate: Option<u32>,
     /// Table sizes at which to measure peak RSS (comma-separated; 0 to skip).
     #[arg(long, value_delimiter = ',', default_value = "100000,1000000,10000000")]
     rss_sizes: Vec<u64>,
@@ -95,6 +98,7 @@ impl From<Simulate> for SimOptions {
             split_after: s.split_after,
             retry_after: s.retry_after_ms.map(std::time::Duration::from_millis),
             production_load: s.production_load,
+            max_rate: s.max_rate,
             rss_sizes: s.rss_sizes.into_iter().filter(|&n| n > 0).collect(),
             seed: s.seed,
             json: s.json,

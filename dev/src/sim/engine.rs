@@ -340,7 +340,9 @@ impl<T: 'static> Engine<T> {
             _ => (now, false),
         };
         worker.fleet_view.set(Some((now, live, changed)));
-        worker.limiter.set_fleet_size(FleetCount { live, settled });
+        worker
+            .limiter
+            .set_fleet_size(FleetCount { live, settled }, self.cfg.max_rate);
     }
 
     /// A task is done (committed or its done record written).

@@ -210,6 +210,8 @@ pub struct SimConfig {
     pub backoff: Backoff,
     /// Deliveries before a task is poisoned.
     pub max_attempts: u32,
+    /// The job's `--max-rate`: most entities per second for the whole fleet.
+    pub max_rate: Option<u32>,
     /// Paced: each worker's pacer.
     pub account_pacer: PacerSettings,
     /// Paced: each task's pacer.
@@ -240,6 +242,7 @@ impl SimConfig {
             limits: Limits::default(),
             backoff: Backoff::product(),
             max_attempts: 5,
+            max_rate: None,
             account_pacer: PacerSettings::account(),
             partition_pacer: PacerSettings::partition(),
             share_every_seconds: 5,
@@ -467,6 +470,8 @@ pub struct SimOptions {
     pub retry_after: Option<std::time::Duration>,
     /// The share of the account other clients use throughout.
     pub production_load: f64,
+    /// The job's `--max-rate`.
+    pub max_rate: Option<u32>,
     /// Table sizes of the RSS probes (none: skip).
     pub rss_sizes: Vec<u64>,
     /// Seed.
@@ -503,6 +508,7 @@ impl SimOptions {
             .map_or(SplitRule::WhenIdle, SplitRule::Every);
         c.limits.retry_after = self.retry_after;
         c.limits.production_load = self.production_load;
+        c.max_rate = self.max_rate;
         c.seed = self.seed;
         c
     }
