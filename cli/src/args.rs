@@ -259,8 +259,9 @@ pub struct BackupArgs {
     pub max_attempts: u64,
     /// Most entities per second all workers together read from the source account, to
     /// leave room for the application using it (Azure serves about 20,000 per account).
-    /// Each live worker keeps to its share. Default: the account's target alone, which
-    /// workers approach and back off from when the service refuses.
+    /// Each live worker keeps to its share once the workers have counted each other from
+    /// their heartbeats (within seconds of starting). Default: the account's target
+    /// alone, which workers approach and back off from when the service refuses.
     #[arg(long, value_name = "ENTITIES_PER_S", value_parser = clap::value_parser!(u32).range(1..))]
     pub max_rate: Option<u32>,
     /// Seconds a claimed task stays hidden from other workers between extensions.
@@ -343,8 +344,9 @@ pub struct RestoreArgs {
     pub max_attempts: u64,
     /// Most entities per second all workers together write to the target account, to
     /// leave room for the application using it (Azure serves about 20,000 per account).
-    /// Each live worker keeps to its share; the check after the restore is not held to
-    /// it. Default: the account's target alone.
+    /// Each live worker keeps to its share once the workers have counted each other
+    /// (within seconds of starting); the check after the restore is not held to it.
+    /// Default: the account's target alone.
     #[arg(long, value_name = "ENTITIES_PER_S", value_parser = clap::value_parser!(u32).range(1..))]
     pub max_rate: Option<u32>,
     #[command(flatten)]
