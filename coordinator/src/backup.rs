@@ -179,11 +179,7 @@ pub async fn plan(req: &BackupRequest, location: &Location) -> Result<BackupJob>
     if req.block_bytes < 64 * 1024 {
         return Err(Error::invalid("--block-size must be at least 64 KiB"));
     }
-    if req.max_rate == Some(0) {
-        return Err(Error::invalid(
-            "--max-rate must be at least 1 entity per second",
-        ));
-    }
+    crate::error::check_max_rate(req.max_rate)?;
     let source = TableClient::with_options(&req.source, &location.client_options)?;
     let split = normalize_split_keys(&req.split_keys)?;
     let store = location.store()?;

@@ -73,3 +73,14 @@ impl Error {
 
 /// Shorthand for control-plane results.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Refuses a `--max-rate` of zero for a backup or a restore: a fleet held to nothing
+/// would never finish.
+pub(crate) fn check_max_rate(max_rate: Option<u32>) -> Result<()> {
+    if max_rate == Some(0) {
+        return Err(Error::invalid(
+            "--max-rate must be at least 1 entity per second",
+        ));
+    }
+    Ok(())
+}

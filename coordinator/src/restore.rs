@@ -204,11 +204,7 @@ async fn create_target_table(client: &TableClient, target: &AccountRef, table: &
 /// Plans a restore: checks the backup, creates the target tables, writes the restore's
 /// plan and state, and enqueues its tasks. Returns the job.
 pub async fn plan_and_enqueue(req: &RestoreRequest, location: &Location) -> Result<RestoreJob> {
-    if req.max_rate == Some(0) {
-        return Err(Error::invalid(
-            "--max-rate must be at least 1 entity per second",
-        ));
-    }
+    crate::error::check_max_rate(req.max_rate)?;
     let store = location.store()?;
     let manifest = load_complete_manifest(&store, &req.backup_id).await?;
     let pairs = crate::selection::select(&manifest, req.tables.as_deref(), &req.renames)?;
