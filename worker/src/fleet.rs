@@ -36,6 +36,17 @@ pub const IDLE_METADATA: &str = "tvidle";
 /// Least time between two listings while the fleet changed within [`LISTING_PERIOD`].
 pub const GROWING_PERIOD: Duration = Duration::from_secs(3);
 
+/// Least time between two listings of one job's heartbeats when the fleet last changed
+/// `since_change` ago: [`GROWING_PERIOD`] while that is within [`LISTING_PERIOD`], else
+/// [`LISTING_PERIOD`].
+pub fn listing_period(since_change: Duration) -> Duration {
+    if since_change < LISTING_PERIOD {
+        GROWING_PERIOD
+    } else {
+        LISTING_PERIOD
+    }
+}
+
 /// How many workers are live on a job, from one listing of their heartbeats.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FleetCount {
@@ -93,16 +104,11 @@ impl FleetWatch {
     /// caller keeps what it had).
     pub async fn live_workers(&self, store: &Store, root: &str) -> Option<FleetCount> {
         let key = format!("{}/{root}", store.container());
-        let (mut beats, mut changed) = {
+        let (mut beats, last_change) = {
             let jobs = self.jobs.lock().expect("fleet lock");
             match jobs.get(&key) {
                 Some(s) => {
-                    let period = if s.changed.elapsed() < LISTING_PERIOD {
-                        GROWING_PERIOD
-                    } else {
-                        LISTING_PERIOD
-                    };
-                    if s.at.elapsed() < period {
+                    if s.at.elapsed() < listing_period(s.changed.elapsed()) {
                         return Some(s.count());
                     }
                     (s.beats.clone(), Some(s.changed))
@@ -119,7 +125,7 @@ impl FleetWatch {
             }
         };
         let now = Instant::now();
-        let mut changing = changed.is_none();
+        let mut changing = last_change.is_none();
         for blob in page.blobs {
             let is_idle = blob.metadata.get(IDLE_METADATA).is_some_and(|v| v == "1");
             match beats.get_mut(&blob.name) {
@@ -141,14 +147,14 @@ impl FleetWatch {
             .filter(|(_, changed, idle)| !idle && now.duration_since(*changed) < LIVE_WINDOW)
             .count()
             .max(1);
-        if changing {
-            changed = Some(now);
-        }
         let seen = Seen {
             at: now,
             beats,
             live,
-            changed: changed.unwrap_or(now),
+            changed: match last_change {
+                Some(at) if !changing => at,
+                _ => now,
+            },
         };
         let count = seen.count();
         self.jobs.lock().expect("fleet lock").insert(key, seen);

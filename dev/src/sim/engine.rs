@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use tablevault_azure::{Error, RetryObserver};
 use tablevault_worker::MAX_POLL_INTERVAL;
-use tablevault_worker::fleet::{FleetCount, GROWING_PERIOD, LISTING_PERIOD};
+use tablevault_worker::fleet::{FleetCount, GROWING_PERIOD, listing_period};
 use tablevault_worker::limiter::AdaptiveLimit;
 use tablevault_worker::pacer::{PARTITION_RATE, PacerConfig, RatePacer};
 use tokio::sync::Notify;
@@ -157,23 +157,19 @@ impl Worker {
 }
 
 impl Worker {
-    /// Whether its last fleet listing is old enough to list again: `GROWING_S` while
-    /// the count changed within `LISTING_S`, else `LISTING_S` (or there was none).
+    /// Whether its last fleet listing is old enough to list again, by the product's
+    /// [`listing_period`] (or there was none).
     fn fleet_listing_due(&self) -> bool {
         self.fleet_view.get().is_none_or(|(at, _, changed)| {
             let now = Instant::now();
-            let changing = now.duration_since(changed) < Duration::from_secs(LISTING_S);
-            let period = if changing { GROWING_S } else { LISTING_S };
-            now.duration_since(at) >= Duration::from_secs(period)
+            now.duration_since(at) >= listing_period(now.duration_since(changed))
         })
     }
 }
 
-/// The product's `fleet` listings: every `GROWING_S` while heartbeats appeared or turned
-/// idle within the last `LISTING_S` (a worker writes its first when it starts its first
-/// task of the job), else every `LISTING_S`.
+/// The product's running tasks look at the fleet every `GROWING_S` (a listing when the
+/// last is old enough, see [`listing_period`]).
 const GROWING_S: u64 = GROWING_PERIOD.as_secs();
-const LISTING_S: u64 = LISTING_PERIOD.as_secs();
 
 /// Limiter levels seen by the sampler.
 #[derive(Debug, Clone)]
@@ -311,9 +307,9 @@ impl<T: 'static> Engine<T> {
     }
 
     /// What the product's worker does as a task starts (`Worker::limiter_for`): unless
-    /// its last listing is recent (`GROWING_S` while the count changed lately, else
-    /// `LISTING_S`), list the job's heartbeats (one request) and hold its pacer to its
-    /// share of the account among the live workers. A worker is live while it has a
+    /// its last listing is recent ([`listing_period`]), list the job's heartbeats (one
+    /// request) and hold its pacer to its share of the account among the live workers.
+    /// A worker is live while it has a
     /// task in flight: its heartbeat is written at once when it starts one with none
     /// other in flight, and marked idle when its last one ends.
     async fn look_at_fleet(&self, worker: &Worker) {
