@@ -252,6 +252,17 @@ impl RetryObserver for AdaptiveLimit {
 mod tests {
     use super::*;
 
+    /// The service's answer `status` with error code `code`.
+    fn answer(status: u16, code: &str) -> Error {
+        Error::Service {
+            op: "t",
+            status,
+            code: Some(code.into()),
+            message: String::new(),
+            retry_after: None,
+        }
+    }
+
     #[tokio::test]
     async fn grows_on_success_and_halves_on_throttling() {
         let l = AdaptiveLimit::new(4, 1, 16);
@@ -275,13 +286,7 @@ mod tests {
         for _ in 0..3 {
             l.pace(1_000).await;
         }
-        let busy = Error::Service {
-            op: "t",
-            status: 503,
-            code: Some("ServerBusy".into()),
-            message: "busy".into(),
-            retry_after: None,
-        };
+        let busy = answer(503, "ServerBusy");
         let backoff = Duration::from_millis(200);
         let wait = l.on_retry("t", &busy, backoff);
         assert!(
@@ -372,27 +377,9 @@ mod tests {
 
     #[test]
     fn recognizes_throttling() {
-        let busy = Error::Service {
-            op: "x",
-            status: 503,
-            code: Some("ServerBusy".into()),
-            message: String::new(),
-            retry_after: None,
-        };
-        let timeout = Error::Service {
-            op: "x",
-            status: 500,
-            code: Some("OperationTimedOut".into()),
-            message: String::new(),
-            retry_after: None,
-        };
-        let bad = Error::Service {
-            op: "x",
-            status: 400,
-            code: Some("InvalidInput".into()),
-            message: String::new(),
-            retry_after: None,
-        };
+        let busy = answer(503, "ServerBusy");
+        let timeout = answer(500, "OperationTimedOut");
+        let bad = answer(400, "InvalidInput");
         assert!(is_throttling(&busy) && is_throttling(&timeout) && !is_throttling(&bad));
     }
 }
