@@ -183,6 +183,41 @@ impl KeyRange {
     }
 }
 
+/// The `$filter`s whose results, concatenated in order, are exactly the keys after
+/// `last` (excluded) and before `end`, in key order: where a scan that has read up to
+/// `last` goes on over a range whose end moved down. Like [`KeyRange::filters`], each is
+/// a simple range the service serves as a range scan.
+pub fn filters_after(last: &EntityKey, end: Option<&EntityKey>) -> Vec<Option<Filter>> {
+    if end.is_some_and(|e| e <= last) {
+        return Vec::new();
+    }
+    let mut head = vec![
+        Filter::partition_key(Cmp::Eq, &last.pk),
+        Filter::row_key(Cmp::Gt, &last.rk),
+    ];
+    if let Some(e) = end
+        && e.pk == last.pk
+    {
+        head.push(Filter::row_key(Cmp::Lt, &e.rk));
+        return vec![Filter::all(head)];
+    }
+    let mut out = vec![Filter::all(head)];
+    let mut middle = vec![Filter::partition_key(Cmp::Gt, &last.pk)];
+    if let Some(e) = end {
+        middle.push(Filter::partition_key(Cmp::Lt, &e.pk));
+    }
+    out.push(Filter::all(middle));
+    if let Some(e) = end
+        && !e.rk.is_empty()
+    {
+        out.push(Filter::all([
+            Filter::partition_key(Cmp::Eq, &e.pk),
+            Filter::row_key(Cmp::Lt, &e.rk),
+        ]));
+    }
+    out
+}
+
 impl fmt::Display for KeyRange {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match &self.start {
@@ -300,6 +335,49 @@ mod tests {
             "fewest pieces"
         );
         assert_eq!(find_tiling(&[&KeyRange::all()]), Some(vec![0]));
+    }
+
+    #[test]
+    fn filters_after_a_key_resume_strictly_after_it() {
+        let s = |f: Vec<Option<Filter>>| -> Vec<String> {
+            f.iter()
+                .map(|x| x.as_ref().map_or("*".into(), |f| f.to_string()))
+                .collect()
+        };
+        let last = EntityKey::new("a", "r'1");
+        assert_eq!(
+            s(filters_after(&last, None)),
+            vec![
+                "(PartitionKey eq 'a') and (RowKey gt 'r''1')",
+                "PartitionKey gt 'a'",
+            ]
+        );
+        assert_eq!(
+            s(filters_after(&last, Some(&EntityKey::partition_start("c")))),
+            vec![
+                "(PartitionKey eq 'a') and (RowKey gt 'r''1')",
+                "(PartitionKey gt 'a') and (PartitionKey lt 'c')",
+            ]
+        );
+        assert_eq!(
+            s(filters_after(&last, Some(&EntityKey::new("c", "r9")))),
+            vec![
+                "(PartitionKey eq 'a') and (RowKey gt 'r''1')",
+                "(PartitionKey gt 'a') and (PartitionKey lt 'c')",
+                "(PartitionKey eq 'c') and (RowKey lt 'r9')",
+            ]
+        );
+        assert_eq!(
+            s(filters_after(&last, Some(&EntityKey::new("a", "r9")))),
+            vec!["((PartitionKey eq 'a') and (RowKey gt 'r''1')) and (RowKey lt 'r9')"]
+        );
+        for end in [
+            EntityKey::partition_start("a"),
+            EntityKey::new("a", "r'1"),
+            EntityKey::new("a", "r"),
+        ] {
+            assert!(filters_after(&last, Some(&end)).is_empty(), "{end}");
+        }
     }
 
     #[test]

@@ -542,6 +542,12 @@ async fn bisect(
     Ok(None)
 }
 
+/// The point a `share` of the way from `lo` to `hi`, when it lies strictly between them.
+fn point_below(lo: &str, hi: &str, share: f64) -> Option<String> {
+    let at = point_at(lo, Some(hi), share);
+    (cmp_keys(&at, lo).is_gt() && cmp_keys(&at, hi).is_lt()).then_some(at)
+}
+
 /// What an attempt has read of its range so far: the first key, and how many entities.
 #[derive(Debug, Clone, Copy)]
 pub struct ReadSoFar<'a> {
@@ -608,9 +614,21 @@ pub struct Split {
 /// partition are no faster than one, only throttled. `None` when the remainder holds no
 /// key to cut at (or only inside a partition that may not be cut), or is estimated
 /// under [`MIN_SPLIT_ENTITIES`].
+///
+/// Probes are spent only on what the scan cannot tell: `seen_next` is the first key of
+/// a later partition when the scan has already fetched it (the page after `after`), and
+/// once both bounds of the remainder are known (`end`, or a ceiling) and `read` says the
+/// remainder holds enough entities to split, the cut is placed by value without looking
+/// for the key at it (that key would split the entities the same way). Where keys are
+/// not spread evenly between the bounds, that cut can leave the upper part empty; that
+/// task then costs one empty query, and the splitter, whose end has moved down, cuts
+/// lower next time. Each probe costs the emulator a filter and sort of the whole table,
+/// as much as half a page; on Azure it is an index seek.
+#[allow(clippy::too_many_arguments)]
 pub async fn find_split(
     probe: &dyn KeyProbe,
     after: &EntityKey,
+    seen_next: Option<&EntityKey>,
     end: Option<&EntityKey>,
     ceiling: Option<&EntityKey>,
     read: Option<ReadSoFar<'_>>,
@@ -618,12 +636,18 @@ pub async fn find_split(
 ) -> tablevault_azure::Result<Option<Split>> {
     let mut p = Prober { probe, sent: 0 };
     let mut learned = ceiling.cloned();
-    let next = p
-        .ask(Probe::NextPartition {
-            after: &after.pk,
-            end,
-        })
-        .await?;
+    let seen_next =
+        seen_next.filter(|k| cmp_keys(&k.pk, &after.pk).is_gt() && end.is_none_or(|e| *k < e));
+    let next = match seen_next {
+        Some(k) => Some(k.clone()),
+        None => {
+            p.ask(Probe::NextPartition {
+                after: &after.pk,
+                end,
+            })
+            .await?
+        }
+    };
     let at = match next {
         Some(next) => {
             // Another partition follows: cut between partitions.
@@ -646,9 +670,13 @@ pub async fn find_split(
             let Some(share) = cut_share(read_from, hi.as_deref(), &next.pk) else {
                 return Ok(None);
             };
-            let pk = bisect(&mut p, &across, &next.pk, hi, share)
-                .await?
-                .unwrap_or(next.pk);
+            let by_value = hi.as_deref().filter(|_| read_from.is_some());
+            let pk = match by_value.and_then(|h| point_below(&next.pk, h, share)) {
+                Some(pk) => pk,
+                None => bisect(&mut p, &across, &next.pk, hi, share)
+                    .await?
+                    .unwrap_or(next.pk),
+            };
             EntityKey::partition_start(pk)
         }
         None if !within_partition => return Ok(None),
@@ -690,9 +718,14 @@ pub async fn find_split(
             let Some(share) = cut_share(read_from, hi.as_deref(), &after.rk) else {
                 return Ok(None);
             };
-            match bisect(&mut p, &inside, &after.rk, hi, share).await? {
-                Some(rk) => EntityKey::new(&after.pk, rk),
-                None => return Ok(None),
+            let by_value = hi.as_deref().filter(|_| read_from.is_some());
+            if let Some(rk) = by_value.and_then(|h| point_below(&after.rk, h, share)) {
+                EntityKey::new(&after.pk, rk)
+            } else {
+                match bisect(&mut p, &inside, &after.rk, hi, share).await? {
+                    Some(rk) => EntityKey::new(&after.pk, rk),
+                    None => return Ok(None),
+                }
             }
         }
     };
@@ -740,7 +773,7 @@ mod tests {
     /// Splits after key `i` and returns the share of the remainder given away.
     fn share_given_away(t: &Sorted, i: usize, end: Option<&EntityKey>) -> (f64, Split) {
         let after = &t.0[i];
-        let split = run(find_split(t, after, end, None, None, true))
+        let split = run(find_split(t, after, None, end, None, None, true))
             .unwrap()
             .expect("a split");
         assert!(split.at > *after, "{:?} after {after:?}", split.at);
@@ -812,6 +845,7 @@ mod tests {
             t,
             &t.0[i],
             None,
+            None,
             split.ceiling.as_ref(),
             None,
             true,
@@ -870,7 +904,7 @@ mod tests {
             first: &t.0[from],
             entities: (i + 1 - from) as u64,
         };
-        let split = run(find_split(t, &t.0[i], end, None, Some(read), true)).unwrap()?;
+        let split = run(find_split(t, &t.0[i], None, end, None, Some(read), true)).unwrap()?;
         let upto = |k: &EntityKey| end.is_none_or(|e| k < e);
         let kept = t.0[from..].iter().filter(|k| **k < split.at).count();
         let given = t.0.iter().filter(|k| **k >= split.at && upto(k)).count();
@@ -904,6 +938,140 @@ mod tests {
     }
 
     #[test]
+    fn a_scan_that_knows_both_bounds_and_the_next_partition_cuts_without_probes() {
+        let sequential = sequential(20_000);
+        let guid_table = guid_partitions(20_000);
+        for (name, t) in [("sequential", &sequential), ("guid", &guid_table)] {
+            // A task read keys 2,000..=4,999 of a range ending at key 16,000, and its
+            // scan has fetched the page holding the next partition.
+            let (from, i, end) = (2_000, 4_999, t.0[16_000].clone());
+            let next = t.0[i + 1..].iter().find(|k| k.pk != t.0[i].pk).unwrap();
+            let read = ReadSoFar {
+                first: &t.0[from],
+                entities: (i + 1 - from) as u64,
+            };
+            let split = run(find_split(
+                t,
+                &t.0[i],
+                Some(next),
+                Some(&end),
+                None,
+                Some(read),
+                true,
+            ))
+            .unwrap()
+            .expect("a split");
+            assert_eq!(split.probes, 0, "{name}");
+            let kept = t.0[from..].iter().filter(|k| **k < split.at).count();
+            let given = t.0.iter().filter(|k| **k >= split.at && **k < end).count();
+            let ratio = kept as f64 / given as f64;
+            assert!(
+                (0.6..=1.75).contains(&ratio),
+                "{name}: kept {kept}, gave {given}"
+            );
+            // Unbounded, with the ceiling a first split learned: no probes either.
+            let first = run(find_split(t, &t.0[999], None, None, None, None, true))
+                .unwrap()
+                .unwrap();
+            let again = run(find_split(
+                t,
+                &t.0[i],
+                Some(next),
+                None,
+                first.ceiling.as_ref(),
+                Some(read),
+                true,
+            ))
+            .unwrap()
+            .unwrap();
+            assert_eq!(again.probes, 0, "{name}");
+            // A "next partition" that is not one (the same partition, or past the end) is
+            // ignored, and a probe finds the real one.
+            for wrong in [&t.0[i], &end] {
+                let probed = run(find_split(
+                    t,
+                    &t.0[i],
+                    Some(wrong),
+                    Some(&end),
+                    None,
+                    Some(read),
+                    true,
+                ))
+                .unwrap()
+                .unwrap();
+                assert_eq!(probed.probes, 1, "{name}");
+                assert_eq!(probed.at, split.at, "{name}");
+            }
+        }
+        // Inside one partition the scan cannot see whether another follows: one probe.
+        let giant = one_partition("tenant", 20_000);
+        let end = giant.0[16_000].clone();
+        let read = ReadSoFar {
+            first: &giant.0[0],
+            entities: 5_000,
+        };
+        let split = run(find_split(
+            &giant,
+            &giant.0[4_999],
+            None,
+            Some(&end),
+            None,
+            Some(read),
+            true,
+        ))
+        .unwrap()
+        .unwrap();
+        assert_eq!(split.probes, 1);
+        assert_eq!(split.at.pk, "tenant");
+    }
+
+    #[test]
+    fn a_cut_placed_by_value_in_a_gap_leaves_the_upper_part_empty_and_the_next_cut_is_lower() {
+        // Two clusters of partitions far apart, the range ending where the second
+        // starts: a cut by value between them hands out an empty range; the splitter,
+        // now ending there, cuts again inside the first cluster.
+        let keys: Vec<EntityKey> = (0..10_000)
+            .map(|i| EntityKey::new(format!("a{i:05}"), ""))
+            .chain((0..10).map(|i| EntityKey::new(format!("z{i:05}"), "")))
+            .collect();
+        let t = Sorted::new(keys);
+        let end = EntityKey::partition_start("z");
+        let read = ReadSoFar {
+            first: &t.0[0],
+            entities: 1_000,
+        };
+        let first = run(find_split(
+            &t,
+            &t.0[999],
+            Some(&t.0[1_000]),
+            Some(&end),
+            None,
+            Some(read),
+            true,
+        ))
+        .unwrap()
+        .unwrap();
+        assert!(
+            !t.0.iter().any(|k| *k >= first.at && *k < end),
+            "{:?}",
+            first.at
+        );
+        // Hardly anything was read over the span down to the cut, so it looks large.
+        let second = run(find_split(
+            &t,
+            &t.0[999],
+            Some(&t.0[1_000]),
+            Some(&first.at),
+            None,
+            Some(read),
+            true,
+        ))
+        .unwrap()
+        .unwrap();
+        assert!(second.at < first.at);
+    }
+
+    #[test]
     fn a_small_remainder_is_not_split() {
         let t = guid_partitions(20_000);
         assert_eq!(balanced(&t, 0, 19_000, None), None, "about 1,000 left");
@@ -915,7 +1083,7 @@ mod tests {
         );
         // Without knowing what was read, it still splits (and so it did before).
         assert!(
-            run(find_split(&t, &t.0[19_000], None, None, None, true))
+            run(find_split(&t, &t.0[19_000], None, None, None, None, true))
                 .unwrap()
                 .is_some()
         );
@@ -952,7 +1120,7 @@ mod tests {
     fn a_partition_is_cut_inside_only_when_allowed() {
         let giant = one_partition("tenant", 20_000);
         let split = |t: &Sorted, i: usize, rows: bool| {
-            run(find_split(t, &t.0[i], None, None, None, rows)).unwrap()
+            run(find_split(t, &t.0[i], None, None, None, None, rows)).unwrap()
         };
         assert_eq!(split(&giant, 999, false), None);
         assert_eq!(split(&giant, 999, true).unwrap().at.pk, "tenant");
@@ -968,12 +1136,12 @@ mod tests {
     fn nothing_left_means_no_split() {
         let t = Sorted::new(vec![EntityKey::new("a", "1"), EntityKey::new("a", "2")]);
         assert_eq!(
-            run(find_split(&t, &t.0[1], None, None, None, true)).unwrap(),
+            run(find_split(&t, &t.0[1], None, None, None, None, true)).unwrap(),
             None
         );
         let end = EntityKey::new("a", "2");
         assert_eq!(
-            run(find_split(&t, &t.0[0], Some(&end), None, None, true)).unwrap(),
+            run(find_split(&t, &t.0[0], None, Some(&end), None, None, true)).unwrap(),
             None
         );
     }
@@ -1060,7 +1228,7 @@ mod tests {
             // depends on it.
             let first = read.map(|(f, _)| t.0[f % t.0.len()].clone());
             let read = first.as_ref().zip(read).map(|(first, (_, entities))| ReadSoFar { first, entities });
-            let split = run(find_split(&t, &after, end.as_ref(), ceiling.as_ref(), read, rows)).unwrap();
+            let split = run(find_split(&t, &after, None, end.as_ref(), ceiling.as_ref(), read, rows)).unwrap();
             let remainder: Vec<&EntityKey> = t.0.iter()
                 .filter(|k| **k > after && end.as_ref().is_none_or(|e| *k < e))
                 .collect();
@@ -1071,7 +1239,9 @@ mod tests {
                     prop_assert!(rows || s.at.pk != after.pk, "cut inside the partition");
                     prop_assert!(s.at > after);
                     prop_assert!(end.as_ref().is_none_or(|e| s.at < *e));
-                    prop_assert!(remainder.iter().any(|k| **k >= s.at), "the upper part holds a key");
+                    // A cut placed by value, from the density of what was read, may fall
+                    // in a gap; a probed one lies on a key.
+                    prop_assert!(read.is_some() || remainder.iter().any(|k| **k >= s.at), "the upper part holds a key");
                     prop_assert!(s.probes <= MAX_PROBES + 2);
                     prop_assert!(key_problem(&s.at.pk).is_none() && key_problem(&s.at.rk).is_none());
                 }

@@ -98,14 +98,26 @@ struct State {
     plan: FaultPlan,
     rng: StdRng,
     counts: FaultCounts,
+    /// The request line of every request read, in order (`GET /path?query HTTP/1.1`).
+    request_lines: Vec<String>,
 }
 
 impl Shared {
     /// Counts a request and draws its fault: one uniform number against the rates laid end
     /// to end, so each kind gets exactly its rate while they sum to at most 1.
-    fn next_fault(&self) -> Fault {
+    fn next_fault(&self, request: &Request) -> Fault {
         let mut state = self.state.lock().expect("proxy state lock poisoned");
-        let State { plan, rng, counts } = &mut *state;
+        let line = request
+            .head
+            .split(|&b| b == b'\r')
+            .next()
+            .unwrap_or_default();
+        state
+            .request_lines
+            .push(String::from_utf8_lossy(line).into_owned());
+        let State {
+            plan, rng, counts, ..
+        } = &mut *state;
         counts.requests += 1;
         let mut u: f64 = rng.random();
         let kinds = [
@@ -150,6 +162,7 @@ impl FaultProxy {
             rng: StdRng::seed_from_u64(plan.seed),
             plan,
             counts: FaultCounts::default(),
+            request_lines: Vec::new(),
         };
         let shared = Arc::new(Shared {
             upstream,
@@ -182,6 +195,13 @@ impl FaultProxy {
         let mut state = self.shared.state.lock().expect("proxy state lock poisoned");
         state.rng = StdRng::seed_from_u64(plan.seed);
         state.plan = plan;
+    }
+
+    /// The request line of every request read so far, in order, as sent
+    /// (`GET /account/table()?%24filter=… HTTP/1.1`).
+    pub fn request_lines(&self) -> Vec<String> {
+        let state = self.shared.state.lock().expect("proxy state lock poisoned");
+        state.request_lines.clone()
     }
 
     /// What it did so far.
@@ -243,7 +263,7 @@ struct Request {
 async fn serve(mut client: TcpStream, shared: Arc<Shared>) {
     let mut buf = Vec::new();
     while let Some(request) = read_request(&mut client, &mut buf).await {
-        let reply = match shared.next_fault() {
+        let reply = match shared.next_fault(&request) {
             Fault::Busy => error_reply(503),
             Fault::ResetBefore => return,
             Fault::Stall => {

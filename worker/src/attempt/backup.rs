@@ -9,15 +9,19 @@
 //! idle) cuts the part of its range it has not read yet in two and puts the upper part on
 //! the queue as a new task ([`tablevault_core::split`]); it then stops where that part
 //! starts. Its commit record names the range it read and the tasks it split off, so the
-//! committed ranges still tile the table exactly.
+//! committed ranges still tile the table exactly. The look waits for the next page, which
+//! often shows where the next partition starts (a probe fewer), and after a cut the scan
+//! goes on with a query that ends there, so the service does not read on into the part
+//! another task now holds.
 
+use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tablevault_azure::table::{EntityPage, Query, TableClient};
+use tablevault_azure::table::{EntityPage, Filter, Query, TableClient};
 use tablevault_core::format::{FORMAT_VERSION, Packer, PackerConfig};
 use tablevault_core::job::finalize::{RANGE_METADATA, range_metadata};
 
-use tablevault_core::keys::{EntityKey, KeyRange};
+use tablevault_core::keys::{EntityKey, KeyRange, filters_after};
 use tablevault_core::protocol::{
     BackupJob, CommitRecord, PROTOCOL_VERSION, PlannedTask, TaskKind, TaskMessage, now_rfc3339,
     split_task_id,
@@ -26,7 +30,7 @@ use tablevault_core::queue::TaskQueue;
 use tablevault_core::split::{ReadSoFar, TableProbe, find_split};
 use tablevault_core::stats::WorkerStats;
 use tablevault_core::store::{BackupPaths, BlockWriter, CreateOutcome, Store, StoreError};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
@@ -178,6 +182,7 @@ impl BackupAttempt<'_> {
         &self,
         splitting: &Splitting<'_>,
         after: &EntityKey,
+        seen_next: Option<&EntityKey>,
         end: Option<&EntityKey>,
         read: ReadSoFar<'_>,
     ) -> Option<PlannedTask> {
@@ -193,6 +198,7 @@ impl BackupAttempt<'_> {
         let split = match find_split(
             &probe,
             after,
+            seen_next,
             end,
             splitting.ceiling,
             Some(read),
@@ -242,20 +248,36 @@ impl BackupAttempt<'_> {
             compression: options.compression,
         });
         let (tx, mut rx) = mpsc::channel::<tablevault_azure::Result<EntityPage>>(1);
+        // The range's end as splits move it down, for the scan to narrow its query.
+        let (end_tx, mut end_rx) = watch::channel(self.range.end.clone());
         let source = self.source.clone();
         let table = self.table.to_string();
-        let filters = self.range.filters();
+        let range = self.range.clone();
         let limiter = self.limiter.cloned();
         let scanner = tokio::spawn(async move {
             // Pages are paced as full ones (the account's rate, and the partition's, since a
             // page mostly reads one), and what a short page did not read is given back.
             let task_pacer = limiter.as_ref().and_then(|l| l.task_pacer());
-            for filter in filters {
+            let mut segments: VecDeque<Option<Filter>> = range.filters().into();
+            let mut last_sent: Option<EntityKey> = None;
+            'segments: while let Some(filter) = segments.pop_front() {
                 let mut pages = source.pages(&table, Query::scan(filter));
                 loop {
                     // Wait for room before fetching: one page is packed while the next is
                     // read, and no more than those two are held.
                     let Ok(slot) = tx.reserve().await else { return };
+                    // A split moved the end down: go on with a query that stops there, so
+                    // the service does not read on into the part other tasks now hold (the
+                    // emulator sorts every match of a query for each page it serves).
+                    if end_rx.has_changed().unwrap_or(false) {
+                        let end = end_rx.borrow_and_update().clone();
+                        segments = match &last_sent {
+                            Some(last) => filters_after(last, end.as_ref()),
+                            None => KeyRange::new(range.start.clone(), end).filters(),
+                        }
+                        .into();
+                        continue 'segments;
+                    }
                     if let Some(p) = &task_pacer {
                         p.acquire(PAGE_ENTITIES).await;
                     }
@@ -264,7 +286,12 @@ impl BackupAttempt<'_> {
                     }
                     let page = pages.next_page().await;
                     let read = match &page {
-                        Some(Ok(p)) => p.entities.len() as u64,
+                        Some(Ok(p)) => {
+                            if let Some(e) = p.entities.last() {
+                                last_sent = Some(EntityKey::new(&e.partition_key, &e.row_key));
+                            }
+                            p.entities.len() as u64
+                        }
                         _ => 0,
                     };
                     let unused = PAGE_ENTITIES.saturating_sub(read);
@@ -294,6 +321,9 @@ impl BackupAttempt<'_> {
             let mut end = self.range.end.clone();
             let mut split_off = Vec::new();
             let mut last_look: Option<Instant> = None;
+            // Whether to offer half of the rest to idle workers once the next page is
+            // in: it shows where the next partition starts, sparing a probe.
+            let mut look_due = false;
             'pages: loop {
                 let page = tokio::select! {
                     page = rx.recv() => page,
@@ -303,6 +333,30 @@ impl BackupAttempt<'_> {
                 let Some(page) = page else { break };
                 let page = page?;
                 WorkerStats::add(&self.stats.read_bytes, page.response_bytes as u64);
+                if let (Some(splitting), Some(after), Some(first), true) =
+                    (&self.splitting, &previous, &first, look_due)
+                    && !page.entities.is_empty()
+                {
+                    let seen_next = page
+                        .entities
+                        .iter()
+                        .find(|e| e.partition_key != after.pk)
+                        .map(|e| EntityKey::new(&e.partition_key, &e.row_key));
+                    let so_far = ReadSoFar {
+                        first,
+                        entities: read,
+                    };
+                    if let Some(task) = self
+                        .try_split(splitting, after, seen_next.as_ref(), end.as_ref(), so_far)
+                        .await
+                    {
+                        end = task.range.start.clone();
+                        end_tx.send_replace(end.clone());
+                        split_off.push(task);
+                        // More workers may be idle: look again after this page.
+                        last_look = None;
+                    }
+                }
                 let full = !page.entities.is_empty() && page.continuation.is_some();
                 let mut count = 0u64;
                 for entity in page.entities {
@@ -333,21 +387,11 @@ impl BackupAttempt<'_> {
                 self.check_stop()?;
                 // A full page with more to come: worth offering half of the rest to
                 // idle workers, at most every SPLIT_CHECK_INTERVAL.
-                if let (Some(splitting), Some(after), Some(first), true) =
-                    (&self.splitting, &previous, &first, full)
-                    && last_look.is_none_or(|t| t.elapsed() >= SPLIT_CHECK_INTERVAL)
-                {
+                look_due = self.splitting.is_some()
+                    && full
+                    && last_look.is_none_or(|t| t.elapsed() >= SPLIT_CHECK_INTERVAL);
+                if look_due {
                     last_look = Some(Instant::now());
-                    let so_far = ReadSoFar {
-                        first,
-                        entities: read,
-                    };
-                    if let Some(task) = self.try_split(splitting, after, end.as_ref(), so_far).await {
-                        end = task.range.start.clone();
-                        split_off.push(task);
-                        // More workers may be idle: look again after the next page.
-                        last_look = None;
-                    }
                 }
             }
             for block in packer.finish() {
