@@ -638,8 +638,15 @@ pub async fn find_split(
     let mut learned = ceiling.cloned();
     let seen_next =
         seen_next.filter(|k| cmp_keys(&k.pk, &after.pk).is_gt() && end.is_none_or(|e| *k < e));
+    // A range ending inside the current partition, or below a ceiling found inside it,
+    // holds no later partition.
+    let last_partition = end.is_some_and(|e| e.pk == after.pk)
+        || learned
+            .as_ref()
+            .is_some_and(|c| c.pk == after.pk && !c.rk.is_empty());
     let next = match seen_next {
         Some(k) => Some(k.clone()),
+        None if last_partition => None,
         None => {
             p.ask(Probe::NextPartition {
                 after: &after.pk,
@@ -938,7 +945,7 @@ mod tests {
     }
 
     #[test]
-    fn a_scan_that_knows_both_bounds_and_the_next_partition_cuts_without_probes() {
+    fn a_scan_that_knows_both_bounds_and_what_follows_cuts_without_probes() {
         let sequential = sequential(20_000);
         let guid_table = guid_partitions(20_000);
         for (name, t) in [("sequential", &sequential), ("guid", &guid_table)] {
@@ -1003,26 +1010,33 @@ mod tests {
                 assert_eq!(probed.at, split.at, "{name}");
             }
         }
-        // Inside one partition the scan cannot see whether another follows: one probe.
+        // Inside one partition, a range ending in it, or a ceiling found in it, says no
+        // later partition follows; with neither, a probe asks.
         let giant = one_partition("tenant", 20_000);
         let end = giant.0[16_000].clone();
         let read = ReadSoFar {
             first: &giant.0[0],
             entities: 5_000,
         };
-        let split = run(find_split(
-            &giant,
-            &giant.0[4_999],
-            None,
-            Some(&end),
-            None,
-            Some(read),
-            true,
-        ))
-        .unwrap()
-        .unwrap();
-        assert_eq!(split.probes, 1);
-        assert_eq!(split.at.pk, "tenant");
+        let split_with = |end: Option<&EntityKey>, ceiling: Option<&EntityKey>| {
+            run(find_split(
+                &giant,
+                &giant.0[4_999],
+                None,
+                end,
+                ceiling,
+                Some(read),
+                true,
+            ))
+            .unwrap()
+            .unwrap()
+        };
+        let bounded = split_with(Some(&end), None);
+        assert_eq!((bounded.probes, bounded.at.pk.as_str()), (0, "tenant"));
+        let unbounded = split_with(None, None);
+        assert!(unbounded.probes > 1, "{unbounded:?}");
+        let again = split_with(None, unbounded.ceiling.as_ref());
+        assert_eq!((again.probes, again.at.pk.as_str()), (0, "tenant"));
     }
 
     #[test]
