@@ -365,6 +365,10 @@ impl Watched for BackupWatch {
         self.state.commits().len() + self.state.poisoned().len()
     }
 
+    fn planned_tasks(&self) -> u64 {
+        self.state.job.task_count() as u64
+    }
+
     fn heartbeats_root(&self) -> String {
         BackupPaths::new(&self.state.job.backup_id).heartbeats_root()
     }

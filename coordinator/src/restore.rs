@@ -344,6 +344,10 @@ impl Watched for RestoreWatch {
         self.state.records.done.len() + self.state.records.poisoned.len()
     }
 
+    fn planned_tasks(&self) -> u64 {
+        self.state.task_count()
+    }
+
     fn heartbeats_root(&self) -> String {
         let job = &self.state.job;
         BackupPaths::new(&job.backup_id).restore_heartbeats_root(&job.restore_id)

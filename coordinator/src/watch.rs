@@ -121,6 +121,8 @@ pub(crate) trait Watched: Send + Sync {
     fn settled(&mut self) -> Result<Option<JobStatus>>;
     /// Records read so far: when this grows, tasks are finishing.
     fn records_seen(&self) -> usize;
+    /// Tasks the job was planned with (a backup's workers may split off more).
+    fn planned_tasks(&self) -> u64;
     /// Where workers of this job leave their heartbeats.
     fn heartbeats_root(&self) -> String;
     /// How to carry the job on after this watch gives up.
@@ -196,6 +198,16 @@ fn refresh_gap(look_took: Duration) -> Duration {
     (look_took * REFRESH_GAP_FACTOR).clamp(MIN_REFRESH_GAP, MAX_REFRESH_GAP)
 }
 
+/// Whether the in-process workers have finished as many tasks as they know of (the
+/// planned ones and those they split off): then the job is most likely done, and the
+/// look that confirms it need not wait out the spacing meant for commits mid-job. If
+/// other workers share the job, this only comes true early and costs one look.
+fn local_work_done(planned: u64, stats: &WorkerStats) -> bool {
+    let known = planned + WorkerStats::get(&stats.tasks_split);
+    let done = WorkerStats::get(&stats.tasks_committed) + WorkerStats::get(&stats.tasks_poisoned);
+    done >= known
+}
+
 /// Watches `job` until it settles or the watch is cancelled (then `Interrupted`).
 pub(crate) async fn watch(
     location: &Location,
@@ -255,10 +267,14 @@ pub(crate) async fn watch(
                 _ = opts.shutdown.cancelled() => return Ok(JobStatus::Interrupted),
                 _ = changed => {
                     // Many small tasks finish in bursts, and every look lists the job's
-                    // records: space looks by what the last one cost.
-                    tokio::select! {
-                        _ = opts.shutdown.cancelled() => return Ok(JobStatus::Interrupted),
-                        _ = tokio::time::sleep_until(look + refresh_gap(look_took).min(opts.poll)) => {}
+                    // records: space looks by what the last one cost, unless the last
+                    // task has just finished.
+                    let planned = state.planned_tasks();
+                    if !stats.as_deref().is_some_and(|s| local_work_done(planned, s)) {
+                        tokio::select! {
+                            _ = opts.shutdown.cancelled() => return Ok(JobStatus::Interrupted),
+                            _ = tokio::time::sleep_until(look + refresh_gap(look_took).min(opts.poll)) => {}
+                        }
                     }
                 }
                 _ = tokio::time::sleep(opts.poll) => {}
@@ -289,5 +305,18 @@ mod tests {
         assert_eq!(refresh_gap(Duration::ZERO), MIN_REFRESH_GAP);
         // A job of thousands of records is listed at most four times a second.
         assert_eq!(refresh_gap(Duration::from_millis(80)), MAX_REFRESH_GAP);
+    }
+
+    #[test]
+    fn the_look_after_the_last_local_task_is_not_delayed() {
+        let stats = WorkerStats::default();
+        assert!(!local_work_done(2, &stats));
+        WorkerStats::add(&stats.tasks_committed, 1);
+        WorkerStats::add(&stats.tasks_split, 2);
+        assert!(!local_work_done(2, &stats), "1 of 4 done");
+        WorkerStats::add(&stats.tasks_committed, 2);
+        assert!(!local_work_done(2, &stats), "3 of 4 done");
+        WorkerStats::add(&stats.tasks_poisoned, 1);
+        assert!(local_work_done(2, &stats), "3 done and 1 poisoned");
     }
 }
