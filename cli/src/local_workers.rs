@@ -55,6 +55,8 @@ impl LocalWorkers for InProcessWorkers {
             config.visibility = self.visibility;
             config.max_poll_interval = self.max_poll_interval;
             config.only_job = Some(job.to_string());
+            // The coordinator created the queues before starting us.
+            config.create_queues = false;
             // Workers stop between steps on their own token and then settle their
             // messages; cancelling their requests would leave those messages hidden.
             config.client_options = ClientOptions {

@@ -262,15 +262,8 @@ pub async fn enqueue(
     job: &BackupJob,
     state: Option<&JobState>,
 ) -> Result<usize> {
-    create_queues(location).await?;
+    location.create_queues().await?;
     put_tasks(location, job, state).await
-}
-
-/// Creates the job's task and poison queues (if they do not exist).
-async fn create_queues(location: &Location) -> Result<()> {
-    location.task_queue()?.create().await?;
-    location.poison_queue()?.create().await?;
-    Ok(())
 }
 
 /// [`enqueue`] on queues that exist.
@@ -498,7 +491,7 @@ pub async fn run_backup(
     opts: &WatchOptions,
 ) -> Result<BackupReport> {
     let started = Instant::now();
-    let (job, ()) = tokio::try_join!(plan(req, location), create_queues(location))?;
+    let (job, ()) = tokio::try_join!(plan(req, location), location.create_queues())?;
     tracing::info!(backup_id = %job.backup_id, tasks = job.task_count(), "planned");
     let planning_seconds = started.elapsed().as_secs_f64();
     let mut report = enqueue_and_watch(location, job, opts).await?;
@@ -612,11 +605,13 @@ pub async fn status(
         };
         return Ok(report_from_state(&state, location, status));
     }
+    // In-process workers count on the queues existing.
+    location.create_queues().await?;
     if !store
         .exists(&BackupPaths::new(id).enqueued_marker())
         .await?
     {
-        let n = enqueue(location, &job, Some(&state)).await?;
+        let n = put_tasks(location, &job, Some(&state)).await?;
         tracing::info!(
             tasks = n,
             "the previous coordinator died before enqueueing everything; re-enqueued outstanding tasks"

@@ -11,7 +11,7 @@ use tablevault_core::queue::TaskQueue;
 use crate::{Error, Result};
 
 /// Puts in flight at once.
-const PUTS_IN_FLIGHT: usize = 32;
+const PUTS_IN_FLIGHT: usize = 8;
 
 /// Enqueues `tasks` in random order; returns how many. Each put is at least once (a
 /// duplicate task is harmless); on failure the error says how many of the tasks are on

@@ -82,6 +82,15 @@ impl Location {
         )?))
     }
 
+    /// Creates the task queue and its poison queue if they do not exist. In-process
+    /// workers count on it and do not create them again: their Create Queue calls would
+    /// wait behind the job's messages being put.
+    pub async fn create_queues(&self) -> Result<()> {
+        self.task_queue()?.create().await?;
+        self.poison_queue()?.create().await?;
+        Ok(())
+    }
+
     /// The poison queue that goes with the task queue.
     pub fn poison_queue(&self) -> Result<Arc<dyn TaskQueue>> {
         if let Some(b) = &self.backends {

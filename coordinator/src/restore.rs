@@ -267,8 +267,8 @@ pub async fn plan_and_enqueue(req: &RestoreRequest, location: &Location) -> Resu
     // Live before its first task is on the queue: workers drop tasks of restores that are not.
     set_state(&store, &job, JobStatus::InProgress, None).await?;
     refuse_if_deleting(&store, &job).await?;
+    location.create_queues().await?;
     let queue = location.task_queue()?;
-    queue.create().await?;
     // Shuffled, so workers write to different partitions at once.
     let next = format!(
         "restore {restore_id} of backup {} cannot be completed; run `tablevault resume {restore_id}`",
@@ -797,8 +797,8 @@ pub async fn resume(
     tracing::info!(tasks = left.len(), "resuming the restore");
     set_state(&store, &job, JobStatus::InProgress, None).await?;
     refuse_if_deleting(&store, &job).await?;
+    location.create_queues().await?;
     let queue = location.task_queue()?;
-    queue.create().await?;
     let next =
         format!("restore {restore_id} cannot be completed; run `tablevault resume {restore_id}`");
     crate::enqueue::enqueue_shuffled(&queue, left, &next).await?;

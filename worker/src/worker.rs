@@ -41,6 +41,9 @@ pub struct WorkerConfig {
     pub max_poll_interval: Duration,
     /// Serve only this job (in-process workers of a coordinator); others are handed back.
     pub only_job: Option<String>,
+    /// Create the task and poison queues at start if they do not exist. A coordinator
+    /// that creates them before starting its in-process workers turns it off.
+    pub create_queues: bool,
     /// HTTP and retry settings.
     pub client_options: ClientOptions,
     /// After shutdown is asked for, how long tasks in flight may go on to finish before
@@ -80,6 +83,7 @@ impl WorkerConfig {
             visibility: Duration::from_secs(60),
             max_poll_interval: MAX_POLL_INTERVAL,
             only_job: None,
+            create_queues: true,
             client_options: ClientOptions::default(),
             shutdown_grace: Duration::ZERO,
             metrics: Arc::new(WorkerMetrics::new()),
@@ -185,6 +189,9 @@ impl Worker {
     pub async fn run(self: Arc<Self>, shutdown: CancellationToken) -> Result<(), Error> {
         let health = self.config.health.clone();
         let reached = async {
+            if !self.config.create_queues {
+                return Ok(());
+            }
             self.queue.create().await?;
             self.settler.poison_queue().create().await
         };
