@@ -250,6 +250,7 @@ pub fn task_message(
         kind: TaskKind::Backup {
             range: task.range.clone(),
             ceiling: None,
+            estimate: None,
         },
     }
 }

@@ -46,7 +46,12 @@ pub trait TaskQueue: Send + Sync {
 
     /// Whether some message is waiting to be claimed (visible now): when none is, idle
     /// workers may be polling, and a worker with a large range splits it for them.
-    async fn has_waiting(&self) -> Result<bool>;
+    async fn has_waiting(&self) -> Result<bool> {
+        Ok(self.first_waiting().await?.is_some())
+    }
+
+    /// The text of the first message waiting to be claimed, if any, without claiming it.
+    async fn first_waiting(&self) -> Result<Option<String>>;
 }
 
 #[async_trait]
@@ -89,7 +94,12 @@ impl TaskQueue for QueueClient {
         QueueClient::approximate_count(self).await
     }
 
-    async fn has_waiting(&self) -> Result<bool> {
-        Ok(!self.peek_messages(1).await?.is_empty())
+    async fn first_waiting(&self) -> Result<Option<String>> {
+        Ok(self
+            .peek_messages(1)
+            .await?
+            .into_iter()
+            .next()
+            .map(|m| m.text))
     }
 }

@@ -558,14 +558,15 @@ impl TaskQueue for MemoryQueue {
         Ok(self.messages.lock().expect("messages").len() as u64)
     }
 
-    async fn has_waiting(&self) -> Result<bool> {
+    async fn first_waiting(&self) -> Result<Option<String>> {
         let now = Instant::now();
         Ok(self
             .messages
             .lock()
             .expect("messages")
             .iter()
-            .any(|m| m.visible_at <= now))
+            .find(|m| m.visible_at <= now)
+            .map(|m| m.text.clone()))
     }
 }
 
@@ -722,8 +723,8 @@ impl TaskQueue for CrashingQueue {
     async fn approximate_count(&self) -> Result<u64> {
         self.inner.approximate_count().await
     }
-    async fn has_waiting(&self) -> Result<bool> {
+    async fn first_waiting(&self) -> Result<Option<String>> {
         // A read that changes nothing: not a protocol step a crash could fall before.
-        self.inner.has_waiting().await
+        self.inner.first_waiting().await
     }
 }

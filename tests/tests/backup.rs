@@ -659,6 +659,7 @@ async fn malformed_foreign_and_stale_messages_lose_nothing() {
         kind: TaskKind::Backup {
             range: Default::default(),
             ceiling: None,
+            estimate: None,
         },
     };
     queue

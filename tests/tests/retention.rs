@@ -311,6 +311,7 @@ async fn workers_drop_queued_tasks_of_a_removed_backup() {
             TaskKind::Backup {
                 range: KeyRange::all(),
                 ceiling: None,
+                estimate: None,
             },
         ),
         (

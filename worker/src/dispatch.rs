@@ -175,7 +175,7 @@ impl Worker {
     ) -> Result<Option<Resolved>, StoreError> {
         let paths = BackupPaths::new(&task.job);
         Ok(match &task.kind {
-            TaskKind::Backup { range, ceiling } => self
+            TaskKind::Backup { range, ceiling, .. } => self
                 .jobs
                 .backup_job(store, &task.job)
                 .await?

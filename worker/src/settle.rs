@@ -272,6 +272,7 @@ mod tests {
                 kind: TaskKind::Backup {
                     range: KeyRange::all(),
                     ceiling: None,
+                    estimate: None,
                 },
             },
         }

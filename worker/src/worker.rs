@@ -321,6 +321,7 @@ mod tests {
             kind: TaskKind::Backup {
                 range: KeyRange::all(),
                 ceiling: None,
+                estimate: None,
             },
         };
         queue.put(&stale.encode(), None).await.unwrap();

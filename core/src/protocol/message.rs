@@ -21,6 +21,12 @@ pub enum TaskKind {
         /// the table's end. Only a hint for balance; never for correctness.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         ceiling: Option<crate::keys::EntityKey>,
+        /// Entities the worker that split it off expected it to hold, from the density of
+        /// the keys it had read. A worker that finds this task waiting still splits its
+        /// own range when that holds far more, so no range stays much larger than the
+        /// others. Only a hint for balance.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        estimate: Option<u64>,
     },
     /// Replay one data blob, or one block of it, into a table. The message names the
     /// target table (`table`); the rest comes from the backup's records.
@@ -207,6 +213,7 @@ mod tests {
             kind: TaskKind::Backup {
                 range: KeyRange::new(Some(EntityKey::new("a<&>'\"\u{0}", "")), None),
                 ceiling: Some(EntityKey::partition_start("z")),
+                estimate: Some(12_345),
             },
         }
     }
