@@ -231,6 +231,14 @@ impl Azurite {
     pub fn pids(&self) -> Vec<u32> {
         self.children.iter().filter_map(Child::id).collect()
     }
+
+    /// CPU seconds (user and system) each process has used so far: blob, queue and table
+    /// when started with [`Azurite::start_split`], else the one process. `None` where
+    /// `/proc` cannot tell (not Linux). The emulator answers from one Node.js thread per
+    /// process, so the table process's CPU is the work a scan or backup cost it.
+    pub fn cpu_seconds(&self) -> Option<Vec<f64>> {
+        self.pids().into_iter().map(process_cpu_seconds).collect()
+    }
 }
 
 impl Drop for Azurite {
@@ -239,6 +247,16 @@ impl Drop for Azurite {
             let _ = c.start_kill();
         }
     }
+}
+
+/// CPU seconds a process has used, from `/proc/<pid>/stat` (utime + stime, in clock
+/// ticks of 1/100 s on Linux).
+fn process_cpu_seconds(pid: u32) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the command name, which is in parentheses and may hold spaces.
+    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+    let ticks = |i: usize| fields.get(i)?.parse::<f64>().ok();
+    Some((ticks(11)? + ticks(12)?) / 100.0)
 }
 
 /// Starts one service (0 blob, 1 queue, 2 table) on a given port.

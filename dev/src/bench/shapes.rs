@@ -80,6 +80,13 @@ pub struct ShapeRun {
     pub largest_over_mean: f64,
     /// Peak RSS of the backup process.
     pub peak_rss_bytes: Option<u64>,
+    /// CPU seconds the emulator's Table process spent on the scan (median run).
+    pub scan_table_cpu_seconds: Option<f64>,
+    /// CPU seconds the emulator's Table process spent on the backup.
+    pub table_cpu_seconds: Option<f64>,
+    /// CPU seconds its Blob and Queue processes spent on the backup (the scan costs them
+    /// nothing).
+    pub blob_queue_cpu_seconds: Option<f64>,
     /// Runs of this backup (and of the scan) the median was taken over.
     pub runs: usize,
 }
@@ -249,7 +256,12 @@ async fn backup(
     if old {
         args.extend(["--ranges", "8", "--no-split"]);
     }
+    let cpu_before = tv.azurite.cpu_seconds();
     let report = tv.run(&args).await?;
+    let cpu = cpu_before
+        .zip(tv.azurite.cpu_seconds())
+        .filter(|(b, a)| b.len() == 3 && a.len() == 3)
+        .map(|(b, a)| [a[0] - b[0], a[1] - b[1], a[2] - b[2]]);
     let entities = report["entities"].as_u64().unwrap_or(0);
     if entities != opts.entities {
         bail!(
@@ -280,6 +292,9 @@ async fn backup(
         largest_task_share: largest / entities as f64,
         largest_over_mean: largest / (entities as f64 / tasks.max(1) as f64),
         peak_rss_bytes: report["peak_rss_bytes"].as_u64(),
+        scan_table_cpu_seconds: None,
+        table_cpu_seconds: cpu.map(|c| c[2]),
+        blob_queue_cpu_seconds: cpu.map(|c| c[0] + c[1]),
         runs: 1,
     })
 }
@@ -326,15 +341,21 @@ pub async fn run_shape_bench(opts: &ShapeOptions) -> anyhow::Result<()> {
         }
         // The baseline: one connection reading every table from start to end.
         let mut scan_rates = Vec::new();
+        let mut scan_cpu = Vec::new();
         for _ in 0..opts.runs.max(1) {
+            let cpu_before = azurite.cpu_seconds();
             let started = Instant::now();
             let mut scanned = 0;
             for table in &tables {
                 scanned += measure_scan(&client, table).await?.entities;
             }
             scan_rates.push(scanned as f64 / started.elapsed().as_secs_f64());
+            if let Some((b, a)) = cpu_before.zip(azurite.cpu_seconds()) {
+                scan_cpu.extend(b.last().zip(a.last()).map(|(b, a)| a - b));
+            }
         }
         let scan_eps = median(scan_rates);
+        let scan_cpu = (!scan_cpu.is_empty()).then(|| median(scan_cpu));
         let sdk_eps = match &opts.sdk_python {
             Some(python) => Some(sdk_export(python, &azurite, &tables, opts.entities).await?),
             None => None,
@@ -352,6 +373,7 @@ pub async fn run_shape_bench(opts: &ShapeOptions) -> anyhow::Result<()> {
         }
         for mut run in by_variant.into_iter().filter_map(median_run) {
             run.sdk_entities_per_second = sdk_eps;
+            run.scan_table_cpu_seconds = scan_cpu;
             run.ratio_to_sdk = sdk_eps.map(|s| run.entities_per_second / s);
             if !opts.json {
                 eprintln!(
@@ -373,12 +395,13 @@ pub async fn run_shape_bench(opts: &ShapeOptions) -> anyhow::Result<()> {
         return Ok(());
     }
     println!(
-        "\n| table shape | planning | scan e/s | SDK export e/s | backup e/s | vs scan | vs SDK | planning s (share) | tasks | largest task | largest / mean | peak RSS |"
+        "\n| table shape | planning | scan e/s | SDK export e/s | backup e/s | vs scan | vs SDK | planning s (share) | tasks | largest task | largest / mean | peak RSS | table CPU s, scan / backup | blob + queue CPU s |"
     );
-    println!("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    println!("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    let seconds = |s: Option<f64>| s.map_or("-".to_string(), |s| format!("{s:.2}"));
     for r in &runs {
         println!(
-            "| {} | {} | {:.0} | {} | {:.0} | {:.2}x | {} | {:.2} ({:.1}%) | {} | {:.1}% | {:.2} | {} |",
+            "| {} | {} | {:.0} | {} | {:.0} | {:.2}x | {} | {:.2} ({:.1}%) | {} | {:.1}% | {:.2} | {} | {} / {} | {} |",
             r.shape,
             r.planning,
             r.scan_entities_per_second,
@@ -394,6 +417,9 @@ pub async fn run_shape_bench(opts: &ShapeOptions) -> anyhow::Result<()> {
             r.largest_task_share * 100.0,
             r.largest_over_mean,
             super::human_bytes(r.peak_rss_bytes),
+            seconds(r.scan_table_cpu_seconds),
+            seconds(r.table_cpu_seconds),
+            seconds(r.blob_queue_cpu_seconds),
         );
     }
     Ok(())
@@ -460,6 +486,9 @@ mod tests {
             largest_task_share: 1.0,
             largest_over_mean: 1.0,
             peak_rss_bytes: None,
+            scan_table_cpu_seconds: None,
+            table_cpu_seconds: None,
+            blob_queue_cpu_seconds: None,
             runs: 1,
         };
         let m = median_run(vec![run(30.0), run(10.0), run(20.0)]).unwrap();
