@@ -21,6 +21,9 @@ use tablevault_coordinator::plan::previous::task_count;
 struct RangeTask {
     lo: u64,
     hi: u64,
+    /// The entities a split-off task's message says it holds (the product estimates
+    /// them from the density read; here they are known). Planned tasks carry none.
+    estimate: Option<u64>,
 }
 
 /// What the backup's tasks did.
@@ -68,7 +71,11 @@ async fn run(cfg: SimConfig) -> RunReport {
     }
     let initial = ranges.len();
     let largest_initial = ranges.iter().map(|(lo, hi)| hi - lo).max().unwrap_or(0);
-    let fresh = Box::new(ranges.into_iter().map(|(lo, hi)| RangeTask { lo, hi }));
+    let fresh = Box::new(ranges.into_iter().map(|(lo, hi)| RangeTask {
+        lo,
+        hi,
+        estimate: None,
+    }));
     let engine = Rc::new(Engine::new(cfg.clone(), table, fresh, initial as u64));
     let progress = Rc::new(RefCell::new(Progress::default()));
     let workers = Worker::fleet(&cfg, cfg.page_size);
@@ -120,11 +127,12 @@ async fn run(cfg: SimConfig) -> RunReport {
 }
 
 /// How often a task may peek at the queue to decide on a split, as the product's.
-const SPLIT_CHECK_INTERVAL: Duration = Duration::from_millis(200);
+const SPLIT_CHECK_INTERVAL: Duration = Duration::from_millis(50);
 
-/// Round trips a split's `$top=1` probes take (the product bounds them at 24; a task
-/// that inherited its table's ceiling typically needs a handful).
-const SPLIT_PROBES: usize = 8;
+/// Round trips a split's `$top=1` probes take: the product probes only for what the
+/// page read ahead does not show (whether a partition follows the current one) once
+/// its task knows the table's ceiling.
+const SPLIT_PROBES: usize = 1;
 
 /// One attempt at one range task: page by page, splitting its unread remainder by
 /// `cfg.split`.
@@ -134,7 +142,7 @@ async fn scan(
     progress: Rc<RefCell<Progress>>,
     m: Msg<RangeTask>,
 ) {
-    let RangeTask { lo, mut hi } = m.task;
+    let RangeTask { lo, mut hi, .. } = m.task;
     let cfg = &e.cfg;
     let paced = cfg.policy == Policy::Paced;
     let stream =
@@ -177,7 +185,11 @@ async fn scan(
             // The attempt fails; its (possibly shrunk) range is read again later.
             progress.borrow_mut().wasted += read;
             e.fail_task(Msg {
-                task: RangeTask { lo, hi },
+                task: RangeTask {
+                    lo,
+                    hi,
+                    estimate: m.task.estimate,
+                },
                 deliveries: m.deliveries,
             });
             return;
@@ -206,8 +218,13 @@ async fn scan(
                     // partition is not cut (the product's `find_split` rule then).
                     let one_partition =
                         e.table.partition_of(cursor) == e.table.partition_of(hi - 1);
-                    match balanced_share(read, read as f64, (hi - cursor) as f64) {
-                        Some(share) if !one_partition && !e.queue_has_waiting().await => {
+                    // As the product where partitions are paced: split only when
+                    // nothing waits (it does not split a range holding twice what
+                    // waits there, which the emulator's workers do).
+                    let rest = hi - cursor;
+                    let worth = || async { e.queue_peek(|t| t.estimate).await.is_none() };
+                    match balanced_share(read, read as f64, rest as f64) {
+                        Some(share) if !one_partition && worth().await => {
                             e.round_trips(SPLIT_PROBES).await;
                             Some(e.table.split_point_at(cursor, hi, share))
                         }
@@ -217,7 +234,11 @@ async fn scan(
             }
         };
         if let Some(at) = at.filter(|&at| at > cursor && at < hi) {
-            e.add_task(RangeTask { lo: at, hi });
+            e.add_task(RangeTask {
+                lo: at,
+                hi,
+                estimate: Some(hi - at),
+            });
             hi = at;
             since_split = 0;
             last_look = None;

@@ -179,8 +179,9 @@ impl BackupAttempt<'_> {
     }
 
     /// Cuts the unread part of the range (after `after`, before `end`) in two if no task
-    /// waits on the queue, or if the one waiting was split off with an estimate and this
-    /// remainder holds twice as much, and puts the upper part there. Returns the new task.
+    /// waits on the queue, or, where partitions are not paced (the emulator), if the one
+    /// waiting was split off with an estimate and this remainder holds twice as much, and
+    /// puts the upper part there. Returns the new task.
     /// Splitting only speeds things up, so any failure just means no split.
     async fn try_split(
         &self,
@@ -190,22 +191,28 @@ impl BackupAttempt<'_> {
         end: Option<&EntityKey>,
         read: ReadSoFar<'_>,
     ) -> Option<PlannedTask> {
+        // Where partitions have a rate (Azure), the rest of one is read fastest by one task.
+        let unpaced = self.limiter.is_none_or(|l| !l.paces_partitions());
         let outweigh = match splitting.queue.first_waiting().await {
             Ok(None) => None,
-            Ok(Some(text)) => match TaskMessage::decode(&text).map(|m| m.kind) {
+            // While a task waits no worker is idle, and a split only evens out task
+            // sizes. Where partitions are paced that costs requests and refusals for
+            // nothing (simulated first backups at 64 workers: 89.0% of the account
+            // and 0.7% refused without it, 87.5% and 0.9% with it); on the emulator it
+            // keeps the first task of a small table from reading on alone.
+            Ok(Some(text)) if unpaced => match TaskMessage::decode(&text).map(|m| m.kind) {
                 Ok(TaskKind::Backup {
                     estimate: Some(e), ..
                 }) => Some(e),
                 _ => return None,
             },
-            Err(_) => return None,
+            Ok(Some(_)) | Err(_) => return None,
         };
         let probe = TableProbe {
             client: self.source,
             table: self.table,
         };
-        // Where partitions have a rate (Azure), the rest of one is read fastest by one task.
-        let within_partition = self.limiter.is_none_or(|l| !l.paces_partitions());
+        let within_partition = unpaced;
         let split = match find_split(
             &probe,
             after,
