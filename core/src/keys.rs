@@ -143,43 +143,7 @@ impl KeyRange {
         if self.is_empty() {
             return Vec::new();
         }
-        let (start, end) = (&self.start, &self.end);
-        if let (Some(s), Some(e)) = (start, end)
-            && s.pk == e.pk
-        {
-            let mut parts = vec![Filter::partition_key(Cmp::Eq, &s.pk)];
-            if !s.rk.is_empty() {
-                parts.push(Filter::row_key(Cmp::Ge, &s.rk));
-            }
-            parts.push(Filter::row_key(Cmp::Lt, &e.rk));
-            return vec![Filter::all(parts)];
-        }
-        let mut out = Vec::new();
-        let mut middle = Vec::new();
-        match start {
-            Some(s) if !s.rk.is_empty() => {
-                out.push(Filter::all([
-                    Filter::partition_key(Cmp::Eq, &s.pk),
-                    Filter::row_key(Cmp::Ge, &s.rk),
-                ]));
-                middle.push(Filter::partition_key(Cmp::Gt, &s.pk));
-            }
-            Some(s) => middle.push(Filter::partition_key(Cmp::Ge, &s.pk)),
-            None => {}
-        }
-        if let Some(e) = end {
-            middle.push(Filter::partition_key(Cmp::Lt, &e.pk));
-        }
-        out.push(Filter::all(middle));
-        if let Some(e) = end
-            && !e.rk.is_empty()
-        {
-            out.push(Filter::all([
-                Filter::partition_key(Cmp::Eq, &e.pk),
-                Filter::row_key(Cmp::Lt, &e.rk),
-            ]));
-        }
-        out
+        segment_filters(self.start.as_ref().map(|s| (s, Cmp::Ge)), self.end.as_ref())
     }
 }
 
@@ -191,18 +155,41 @@ pub fn filters_after(last: &EntityKey, end: Option<&EntityKey>) -> Vec<Option<Fi
     if end.is_some_and(|e| e <= last) {
         return Vec::new();
     }
-    let mut head = vec![
-        Filter::partition_key(Cmp::Eq, &last.pk),
-        Filter::row_key(Cmp::Gt, &last.rk),
-    ];
-    if let Some(e) = end
-        && e.pk == last.pk
+    segment_filters(Some((last, Cmp::Gt)), end)
+}
+
+/// The filters of a non-empty range from `start` (its partition's keys whose RowKey
+/// compares to the start's by the given `Ge` or `Gt`) to `end` (excluded): the rest of
+/// the start's partition, the partitions in between, the head of the end's partition.
+fn segment_filters(
+    start: Option<(&EntityKey, Cmp)>,
+    end: Option<&EntityKey>,
+) -> Vec<Option<Filter>> {
+    // All of the start's partition: no segment of its own.
+    let whole_partition = |s: &EntityKey, op: Cmp| op == Cmp::Ge && s.rk.is_empty();
+    if let (Some((s, op)), Some(e)) = (start, end)
+        && s.pk == e.pk
     {
-        head.push(Filter::row_key(Cmp::Lt, &e.rk));
-        return vec![Filter::all(head)];
+        let mut parts = vec![Filter::partition_key(Cmp::Eq, &s.pk)];
+        if !whole_partition(s, op) {
+            parts.push(Filter::row_key(op, &s.rk));
+        }
+        parts.push(Filter::row_key(Cmp::Lt, &e.rk));
+        return vec![Filter::all(parts)];
     }
-    let mut out = vec![Filter::all(head)];
-    let mut middle = vec![Filter::partition_key(Cmp::Gt, &last.pk)];
+    let mut out = Vec::new();
+    let mut middle = Vec::new();
+    match start {
+        Some((s, op)) if !whole_partition(s, op) => {
+            out.push(Filter::all([
+                Filter::partition_key(Cmp::Eq, &s.pk),
+                Filter::row_key(op, &s.rk),
+            ]));
+            middle.push(Filter::partition_key(Cmp::Gt, &s.pk));
+        }
+        Some((s, _)) => middle.push(Filter::partition_key(Cmp::Ge, &s.pk)),
+        None => {}
+    }
     if let Some(e) = end {
         middle.push(Filter::partition_key(Cmp::Lt, &e.pk));
     }
