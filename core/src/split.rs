@@ -548,6 +548,28 @@ fn point_below(lo: &str, hi: &str, share: f64) -> Option<String> {
     (cmp_keys(&at, lo).is_gt() && cmp_keys(&at, hi).is_lt()).then_some(at)
 }
 
+/// Where to cut a dimension between `lo` and `hi` a `share` of the way: at that value
+/// itself when the density read is known (`by_value`) and it lies strictly between
+/// the bounds (the key at it would divide the entities the same way), else at the
+/// first value probes find there ([`bisect`]).
+async fn cut_value(
+    p: &mut Prober<'_>,
+    dim: &Dimension<'_>,
+    lo: &str,
+    hi: Option<String>,
+    share: f64,
+    by_value: bool,
+) -> tablevault_azure::Result<Option<String>> {
+    if let Some(at) = hi
+        .as_deref()
+        .filter(|_| by_value)
+        .and_then(|h| point_below(lo, h, share))
+    {
+        return Ok(Some(at));
+    }
+    bisect(p, dim, lo, hi, share).await
+}
+
 /// What an attempt has read of its range so far: the first key, and how many entities.
 #[derive(Debug, Clone, Copy)]
 pub struct ReadSoFar<'a> {
@@ -699,13 +721,9 @@ pub async fn find_split(
                 return Ok(None);
             };
             estimate = upper;
-            let by_value = hi.as_deref().filter(|_| read_from.is_some());
-            let pk = match by_value.and_then(|h| point_below(&next.pk, h, share)) {
-                Some(pk) => pk,
-                None => bisect(&mut p, &across, &next.pk, hi, share)
-                    .await?
-                    .unwrap_or(next.pk),
-            };
+            let pk = cut_value(&mut p, &across, &next.pk, hi, share, read_from.is_some())
+                .await?
+                .unwrap_or(next.pk);
             EntityKey::partition_start(pk)
         }
         None if !within_partition => return Ok(None),
@@ -749,14 +767,9 @@ pub async fn find_split(
                 return Ok(None);
             };
             estimate = upper;
-            let by_value = hi.as_deref().filter(|_| read_from.is_some());
-            if let Some(rk) = by_value.and_then(|h| point_below(&after.rk, h, share)) {
-                EntityKey::new(&after.pk, rk)
-            } else {
-                match bisect(&mut p, &inside, &after.rk, hi, share).await? {
-                    Some(rk) => EntityKey::new(&after.pk, rk),
-                    None => return Ok(None),
-                }
+            match cut_value(&mut p, &inside, &after.rk, hi, share, read_from.is_some()).await? {
+                Some(rk) => EntityKey::new(&after.pk, rk),
+                None => return Ok(None),
             }
         }
     };
