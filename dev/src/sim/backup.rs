@@ -21,9 +21,6 @@ use tablevault_coordinator::plan::previous::task_count;
 struct RangeTask {
     lo: u64,
     hi: u64,
-    /// The entities a split-off task's message says it holds (the product estimates
-    /// them from the density read; here they are known). Planned tasks carry none.
-    estimate: Option<u64>,
 }
 
 /// What the backup's tasks did.
@@ -71,11 +68,7 @@ async fn run(cfg: SimConfig) -> RunReport {
     }
     let initial = ranges.len();
     let largest_initial = ranges.iter().map(|(lo, hi)| hi - lo).max().unwrap_or(0);
-    let fresh = Box::new(ranges.into_iter().map(|(lo, hi)| RangeTask {
-        lo,
-        hi,
-        estimate: None,
-    }));
+    let fresh = Box::new(ranges.into_iter().map(|(lo, hi)| RangeTask { lo, hi }));
     let engine = Rc::new(Engine::new(cfg.clone(), table, fresh, initial as u64));
     let progress = Rc::new(RefCell::new(Progress::default()));
     let workers = Worker::fleet(&cfg, cfg.page_size);
@@ -142,7 +135,7 @@ async fn scan(
     progress: Rc<RefCell<Progress>>,
     m: Msg<RangeTask>,
 ) {
-    let RangeTask { lo, mut hi, .. } = m.task;
+    let RangeTask { lo, mut hi } = m.task;
     let cfg = &e.cfg;
     let paced = cfg.policy == Policy::Paced;
     let stream =
@@ -185,11 +178,7 @@ async fn scan(
             // The attempt fails; its (possibly shrunk) range is read again later.
             progress.borrow_mut().wasted += read;
             e.fail_task(Msg {
-                task: RangeTask {
-                    lo,
-                    hi,
-                    estimate: m.task.estimate,
-                },
+                task: RangeTask { lo, hi },
                 deliveries: m.deliveries,
             });
             return;
@@ -221,10 +210,8 @@ async fn scan(
                     // As the product where partitions are paced: split only when
                     // nothing waits (it does not split a range holding twice what
                     // waits there, which the emulator's workers do).
-                    let rest = hi - cursor;
-                    let worth = || async { e.queue_peek(|t| t.estimate).await.is_none() };
-                    match balanced_share(read, read as f64, rest as f64) {
-                        Some(share) if !one_partition && worth().await => {
+                    match balanced_share(read, read as f64, (hi - cursor) as f64) {
+                        Some(share) if !one_partition && !e.queue_has_waiting().await => {
                             e.round_trips(SPLIT_PROBES).await;
                             Some(e.table.split_point_at(cursor, hi, share))
                         }
@@ -234,11 +221,7 @@ async fn scan(
             }
         };
         if let Some(at) = at.filter(|&at| at > cursor && at < hi) {
-            e.add_task(RangeTask {
-                lo: at,
-                hi,
-                estimate: Some(hi - at),
-            });
+            e.add_task(RangeTask { lo: at, hi });
             hi = at;
             since_split = 0;
             last_look = None;

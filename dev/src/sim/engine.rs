@@ -78,20 +78,11 @@ impl<T> Queue<T> {
         Some(m)
     }
 
-    /// Peek Messages: the first visible message's task, in the order [`Queue::claim`]
-    /// takes them.
-    pub fn first_waiting(&mut self, now: Instant) -> Option<&T> {
-        if self.fresh.peek().is_some() {
-            return self.fresh.peek();
-        }
-        if !self.ready.is_empty() {
-            return self.ready.front().map(|m| &m.task);
-        }
-        self.delayed
-            .iter()
-            .filter(|(at, _)| *at <= now)
-            .min_by_key(|(at, _)| *at)
-            .map(|(_, m)| &m.task)
+    /// Peek Messages: whether a message is visible.
+    pub fn has_waiting(&mut self, now: Instant) -> bool {
+        self.fresh.peek().is_some()
+            || !self.ready.is_empty()
+            || self.delayed.iter().any(|(at, _)| *at <= now)
     }
 
     /// Put Message (a split's upper half).
@@ -361,14 +352,11 @@ impl<T: 'static> Engine<T> {
     }
 
     /// Peek Messages, as a splitting task asks (a queue request: latency, no table
-    /// budget): what `read` makes of the first visible message's task, if any.
-    pub async fn queue_peek<R>(&self, read: impl FnOnce(&T) -> R) -> Option<R> {
+    /// budget).
+    pub async fn queue_has_waiting(&self) -> bool {
         let latency = self.service.borrow_mut().latency();
         sleep(latency).await;
-        self.queue
-            .borrow_mut()
-            .first_waiting(Instant::now())
-            .map(read)
+        self.queue.borrow_mut().has_waiting(Instant::now())
     }
 
     /// `n` requests one after the other that cost no budget worth counting (a split's
