@@ -188,10 +188,36 @@ fn rank(u: u16) -> u64 {
 /// non-ASCII anchors). Keys are usually drawn from such a class (hex digests, numbers,
 /// names), and bisecting in its rank space keeps halves even where the global alphabet
 /// has gaps no key uses (between `9` and `a` in hex, say).
-fn local_alphabet(tails: &[&[u16]]) -> Vec<u16> {
+///
+/// A unit of the upper bound's tail (`high`) just above a class the other tails use
+/// (`g` above hex digits, `G` above upper-case ones) adds only itself: it is a ceiling
+/// found just above hex keys, and counting every letter up to `z` below it would make
+/// the hex space look two and a quarter times as wide as it is.
+fn local_alphabet(tails: &[&[u16]], high: &[u16]) -> Vec<u16> {
     let mut set = std::collections::BTreeSet::new();
     let range = |a: u8, b: u8| (a as u16)..=(b as u16);
-    for &u in tails.iter().flat_map(|t| t.iter()) {
+    let hex = |lower: bool| {
+        tails.iter().flat_map(|t| t.iter()).any(|&u| {
+            if lower {
+                (0x61..=0x66).contains(&u)
+            } else {
+                (0x41..=0x46).contains(&u)
+            }
+        })
+    };
+    let mut units: Vec<u16> = tails.iter().flat_map(|t| t.iter().copied()).collect();
+    for &u in high {
+        match u {
+            0x67 if hex(true) && !units.iter().any(|v| (0x67..=0x7A).contains(v)) => {
+                set.insert(u);
+            }
+            0x47 if hex(false) && !units.iter().any(|v| (0x47..=0x5A).contains(v)) => {
+                set.insert(u);
+            }
+            _ => units.push(u),
+        }
+    }
+    for u in units {
         match u {
             0x30..=0x39 => set.extend(range(b'0', b'9')),
             0x61..=0x66 => set.extend(range(b'a', b'f')),
@@ -232,7 +258,8 @@ struct Scale {
 }
 
 impl Scale {
-    fn new(lo: &str, hi: Option<&str>, places: usize) -> Self {
+    /// `also`: keys known to lie between the bounds, whose tails' classes count too.
+    fn new(lo: &str, hi: Option<&str>, places: usize, also: &[&str]) -> Self {
         let a: Vec<u16> = lo.encode_utf16().collect();
         let b: Option<Vec<u16>> = hi.map(|h| h.encode_utf16().collect());
         let common = b
@@ -241,7 +268,16 @@ impl Scale {
         let alpha = match &b {
             Some(b) => {
                 let tail = |v: &[u16]| v[common..].iter().take(places).copied().collect::<Vec<_>>();
-                let local = local_alphabet(&[&tail(&a), &tail(b)]);
+                let also: Vec<Vec<u16>> = also
+                    .iter()
+                    .map(|k| k.encode_utf16().collect::<Vec<u16>>())
+                    .filter(|k| k.len() >= common)
+                    .map(|k| tail(&k))
+                    .collect();
+                let mut tails: Vec<&[u16]> = also.iter().map(Vec::as_slice).collect();
+                let lo_tail = tail(&a);
+                tails.push(&lo_tail);
+                let local = local_alphabet(&tails, &tail(b));
                 if local.is_empty() {
                     std::borrow::Cow::Borrowed(alphabet())
                 } else {
@@ -286,7 +322,7 @@ impl Scale {
 /// Like [`midpoint`], but the point a fraction `share` (0 to 1) of the way from `lo` to
 /// `hi`.
 pub fn point_at(lo: &str, hi: Option<&str>, share: f64) -> String {
-    let scale = Scale::new(lo, hi, DIGITS);
+    let scale = Scale::new(lo, hi, DIGITS, &[]);
     let (low, high, base) = (scale.low(), scale.high, scale.base());
     let share = if share.is_finite() {
         share.clamp(0.0, 1.0)
@@ -324,7 +360,7 @@ pub fn point_at(lo: &str, hi: Option<&str>, share: f64) -> String {
 pub fn fraction(lo: &str, hi: Option<&str>, key: &str) -> f64 {
     // Seven places of a ~100-letter alphabet stay within a u64 and an f64's exact
     // integers.
-    let scale = Scale::new(lo, hi, 7);
+    let scale = Scale::new(lo, hi, 7, &[key]);
     let k: Vec<u16> = key.encode_utf16().collect();
     let prefix = &scale.lo[..scale.common];
     if !k.starts_with(prefix) {
@@ -629,6 +665,65 @@ fn cut_share(
     Some((share, rest.map(|r| (r * (1.0 - share)).round() as u64)))
 }
 
+/// Entities a piece handed to idle workers is cut to, at least: about what a tail
+/// split leaves ([`MIN_SPLIT_ENTITIES`] and up), so a table's first pieces and its
+/// last ones end about the same size.
+pub const PIECE_ENTITIES: u64 = 2_500;
+
+/// Most tasks (the splitter's included) one split makes: past that, pieces grow
+/// instead, and workers that run dry split them in turn.
+pub const MAX_PIECES: u64 = 16;
+
+/// How to cut a remainder estimated at `rest` entities, after `read` were read, into
+/// several tasks for idle workers: the splitting task keeps about one piece's worth
+/// (what it read included, and at least [`MIN_SHARE`] of a piece), the rest becomes
+/// equal pieces of at least [`PIECE_ENTITIES`] and at least what was read,
+/// [`MAX_PIECES`] tasks at most. Returns
+/// the shares of the remainder where the pieces start, and each piece's estimate;
+/// `None` when fewer than two pieces fit (then one cut in two, [`balanced_share`]).
+///
+/// One cut in two, repeated as each idle worker asks, ends with the splitter's task
+/// near half of what it started with and the last pieces a few thousand entities:
+/// largest / mean near the number of tasks over the number of workers. Pieces of one
+/// size from the start keep every task near the mean.
+pub fn fan_out_shares(read: u64, rest: f64) -> Option<(Vec<f64>, u64)> {
+    if !rest.is_finite() || rest <= 0.0 {
+        return None;
+    }
+    let total = read as f64 + rest;
+    // A task that read much before it split ends at least that large: pieces as large
+    // keep the tasks even.
+    let piece = (PIECE_ENTITIES as f64)
+        .max(total / MAX_PIECES as f64)
+        .max(read as f64);
+    let kept = (piece - read as f64).max(MIN_SHARE * piece);
+    let upper = rest - kept;
+    let pieces = (upper / piece).floor().min((MAX_PIECES - 1) as f64);
+    if pieces < 2.0 {
+        return None;
+    }
+    let size = upper / pieces;
+    let shares = (0..pieces as u64)
+        .map(|j| (kept + j as f64 * size) / rest)
+        .collect();
+    Some((shares, size.round() as u64))
+}
+
+/// The points a `shares` of the way from `lo` to `hi` (increasing shares), each
+/// strictly between the bounds and above the one before; `None` unless at least two
+/// are.
+fn fan_out_points(lo: &str, hi: &str, shares: &[f64]) -> Option<Vec<String>> {
+    let mut points: Vec<String> = Vec::with_capacity(shares.len());
+    for &share in shares {
+        if let Some(at) = point_below(lo, hi, share)
+            && points.last().is_none_or(|p| cmp_keys(&at, p).is_gt())
+        {
+            points.push(at);
+        }
+    }
+    (points.len() >= 2).then_some(points)
+}
+
 /// A cut found by [`find_split`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Split {
@@ -639,8 +734,13 @@ pub struct Split {
     pub ceiling: Option<EntityKey>,
     /// Probes sent.
     pub probes: usize,
-    /// Entities the upper part is estimated to hold, when the density read says.
+    /// Entities the upper part is estimated to hold, when the density read says (each
+    /// piece's, with `pieces`).
     pub estimate: Option<u64>,
+    /// Where further pieces of the upper part start, in key order above `at`, when
+    /// idle workers get the remainder in several equal pieces ([`fan_out_shares`]);
+    /// empty for one cut in two.
+    pub pieces: Vec<EntityKey>,
 }
 
 /// Finds where to cut the unread part of a range that has been read up to `after`
@@ -664,6 +764,10 @@ pub struct Split {
 /// task then costs one empty query, and the splitter, whose end has moved down, cuts
 /// lower next time. Each probe costs the emulator a filter and sort of the whole table,
 /// as much as half a page; on Azure it is an index seek.
+///
+/// With no task waiting (`outweigh` is `None`), both bounds and the density known, a
+/// remainder holding several pieces' worth is cut into pieces of one size at once
+/// ([`fan_out_shares`], [`Split::pieces`]), all placed by value.
 #[allow(clippy::too_many_arguments)]
 pub async fn find_split(
     probe: &dyn KeyProbe,
@@ -678,6 +782,7 @@ pub async fn find_split(
     let mut p = Prober { probe, sent: 0 };
     let mut learned = ceiling.cloned();
     let estimate;
+    let mut pieces = Vec::new();
     let seen_next =
         seen_next.filter(|k| cmp_keys(&k.pk, &after.pk).is_gt() && end.is_none_or(|e| *k < e));
     // A range ending inside the current partition, or below a ceiling found inside it,
@@ -720,11 +825,19 @@ pub async fn find_split(
             else {
                 return Ok(None);
             };
-            estimate = upper;
-            let pk = cut_value(&mut p, &across, &next.pk, hi, share, read_from.is_some())
-                .await?
-                .unwrap_or(next.pk);
-            EntityKey::partition_start(pk)
+            if let Some((points, size)) = fan_out(read_from, hi.as_deref(), &next.pk, outweigh) {
+                estimate = Some(size);
+                let mut points = points.into_iter().map(EntityKey::partition_start);
+                let at = points.next().expect("fan_out gives at least two points");
+                pieces = points.collect();
+                at
+            } else {
+                estimate = upper;
+                let pk = cut_value(&mut p, &across, &next.pk, hi, share, read_from.is_some())
+                    .await?
+                    .unwrap_or(next.pk);
+                EntityKey::partition_start(pk)
+            }
         }
         None if !within_partition => return Ok(None),
         None => {
@@ -766,10 +879,18 @@ pub async fn find_split(
             else {
                 return Ok(None);
             };
-            estimate = upper;
-            match cut_value(&mut p, &inside, &after.rk, hi, share, read_from.is_some()).await? {
-                Some(rk) => EntityKey::new(&after.pk, rk),
-                None => return Ok(None),
+            if let Some((points, size)) = fan_out(read_from, hi.as_deref(), &after.rk, outweigh) {
+                estimate = Some(size);
+                let mut points = points.into_iter().map(|rk| EntityKey::new(&after.pk, rk));
+                let at = points.next().expect("fan_out gives at least two points");
+                pieces = points.collect();
+                at
+            } else {
+                estimate = upper;
+                match cut_value(&mut p, &inside, &after.rk, hi, share, read_from.is_some()).await? {
+                    Some(rk) => EntityKey::new(&after.pk, rk),
+                    None => return Ok(None),
+                }
             }
         }
     };
@@ -781,7 +902,27 @@ pub async fn find_split(
         ceiling: learned,
         probes: p.sent,
         estimate,
+        pieces,
     }))
+}
+
+/// With no task waiting, both bounds of the remainder `[reached, hi)` known and the
+/// density read from `read_from`, the points where its pieces for idle workers start
+/// ([`fan_out_shares`]), and each piece's estimate.
+fn fan_out(
+    read_from: Option<(&str, u64)>,
+    hi: Option<&str>,
+    reached: &str,
+    outweigh: Option<u64>,
+) -> Option<(Vec<String>, u64)> {
+    let ((from, entities), hi) = (read_from?, hi?);
+    if outweigh.is_some() {
+        return None;
+    }
+    let at = fraction(from, Some(hi), reached);
+    let rest = remainder_estimate(entities, at, 1.0 - at)?;
+    let (shares, size) = fan_out_shares(entities, rest)?;
+    Some((fan_out_points(reached, hi, &shares)?, size))
 }
 
 #[cfg(test)]
@@ -939,7 +1080,8 @@ mod tests {
     }
 
     /// Reads `t` from key `from` through key `i`, splits with what was read, and returns
-    /// (entities this task ends with, entities given away), or `None` for no split.
+    /// (entities this task ends with, entities given away per new task), or `None` for
+    /// no split.
     fn balanced(
         t: &Sorted,
         from: usize,
@@ -964,7 +1106,7 @@ mod tests {
         let upto = |k: &EntityKey| end.is_none_or(|e| k < e);
         let kept = t.0[from..].iter().filter(|k| **k < split.at).count();
         let given = t.0.iter().filter(|k| **k >= split.at && upto(k)).count();
-        Some((kept, given))
+        Some((kept, given / (1 + split.pieces.len())))
     }
 
     #[test]
@@ -990,6 +1132,121 @@ mod tests {
                     "{name}: read {from}..={i}: kept {kept}, gave {given}"
                 );
             }
+        }
+    }
+
+    #[test]
+    fn a_ceiling_just_above_hex_keys_does_not_widen_their_space() {
+        // A ceiling search over hex keys ends at `g`, the next letter: the hex space
+        // below it is sixteen digits wide, not thirty-six.
+        for (lo, key, hi, want) in [
+            ("0000", "8000", "g", 0.5),
+            ("0000", "c000", "g", 0.75),
+            ("0000", "0ccc", "g", 0.05),
+            ("0000", "8000", "G", 0.5),
+        ] {
+            let f = fraction(lo, Some(hi), key);
+            assert!((f - want).abs() < 0.01, "{key} in [{lo}, {hi}): {f}");
+        }
+        assert_eq!(point_at("0000", Some("g"), 0.5), "8");
+        // Letters that are keys, not a ceiling above hex digits, keep their class.
+        let f = fraction("apple", Some("zebra"), "mango");
+        assert!((0.4..0.55).contains(&f), "{f}");
+        assert!(
+            fraction("a", Some("g"), "d") > 0.45,
+            "hex-like letters below g"
+        );
+    }
+
+    #[test]
+    fn pieces_for_idle_workers_are_of_one_size_and_bounded_in_number() {
+        // A first split (little read) of tables from small to huge.
+        for rest in [2_000.0, 4_000.0, 9_000.0, 19_000.0, 49_000.0, 1e6, 1e10] {
+            let Some((shares, size)) = fan_out_shares(1_000, rest) else {
+                assert!(rest < 4.0 * PIECE_ENTITIES as f64, "{rest}: no pieces");
+                continue;
+            };
+            assert!(
+                shares.len() >= 2 && shares.len() < MAX_PIECES as usize,
+                "{rest}"
+            );
+            assert!(size >= PIECE_ENTITIES, "{rest}: pieces of {size}");
+            assert!(shares.windows(2).all(|w| w[0] < w[1]), "{shares:?}");
+            assert!(shares[0] > 0.0 && *shares.last().unwrap() < 1.0);
+            // The splitter ends with about one piece, what it read included.
+            let kept = shares[0] * rest + 1_000.0;
+            assert!(
+                (0.9..=1.5).contains(&(kept / size as f64)),
+                "{rest}: kept {kept}, pieces of {size}"
+            );
+        }
+        // Late in a task, the rest is too small for pieces: one cut in two.
+        assert_eq!(fan_out_shares(40_000, 3_000.0), None);
+        assert_eq!(fan_out_shares(10_000, 10_000.0), None);
+        // A task that read much first hands out pieces as large as what it read.
+        let (shares, size) = fan_out_shares(5_000, 15_000.0).unwrap();
+        assert_eq!((shares.len(), size), (2, 7_000));
+        for nonsense in [0.0, -1.0, f64::NAN, f64::INFINITY] {
+            assert_eq!(fan_out_shares(1_000, nonsense), None);
+        }
+    }
+
+    #[test]
+    fn idle_workers_get_the_rest_of_a_sized_range_in_pieces_that_hold_what_was_estimated() {
+        let guid_table = guid_partitions(20_000);
+        let sequential = sequential(20_000);
+        let giant = one_partition("tenant", 20_000);
+        let guid_rows = guid_rows(20_000);
+        for (name, t) in [
+            ("guid", &guid_table),
+            ("sequential", &sequential),
+            ("giant", &giant),
+            ("guid rows", &guid_rows),
+        ] {
+            // A table's first task read its first page; the ceiling is known.
+            let ceiling = run(find_split(t, &t.0[999], None, None, None, None, None, true))
+                .unwrap()
+                .unwrap()
+                .ceiling;
+            let read = ReadSoFar {
+                first: &t.0[0],
+                entities: 1_000,
+            };
+            let split_for = |outweigh| {
+                run(find_split(
+                    t,
+                    &t.0[999],
+                    None,
+                    None,
+                    ceiling.as_ref(),
+                    Some(read),
+                    outweigh,
+                    true,
+                ))
+                .unwrap()
+                .unwrap()
+            };
+            let split = split_for(None);
+            assert!(split.pieces.len() >= 3, "{name}: {split:?}");
+            let size = split.estimate.expect("each piece's estimate") as f64;
+            let starts: Vec<&EntityKey> = std::iter::once(&split.at).chain(&split.pieces).collect();
+            let kept = t.0.iter().filter(|k| **k < split.at).count() as f64;
+            assert!(
+                (0.5..=1.5).contains(&(kept / size)),
+                "{name}: kept {kept} of {size}"
+            );
+            for (i, start) in starts.iter().enumerate() {
+                let held =
+                    t.0.iter()
+                        .filter(|k| *k >= *start && starts.get(i + 1).is_none_or(|n| *k < *n))
+                        .count() as f64;
+                assert!(
+                    (0.5..=1.5).contains(&(held / size)),
+                    "{name}: piece {i} holds {held}, estimated {size}"
+                );
+            }
+            // While a task waits, a range is only ever cut in two.
+            assert!(split_for(Some(100)).pieces.is_empty(), "{name}");
         }
     }
 
@@ -1020,7 +1277,8 @@ mod tests {
             .expect("a split");
             assert_eq!(split.probes, 0, "{name}");
             let kept = t.0[from..].iter().filter(|k| **k < split.at).count();
-            let given = t.0.iter().filter(|k| **k >= split.at && **k < end).count();
+            let given = t.0.iter().filter(|k| **k >= split.at && **k < end).count()
+                / (1 + split.pieces.len());
             let ratio = kept as f64 / given as f64;
             assert!(
                 (0.6..=1.75).contains(&ratio),
@@ -1164,7 +1422,9 @@ mod tests {
             .unwrap()
         };
         let free = split(None).expect("a split with nothing waiting");
-        let given = t.0.iter().filter(|k| **k >= free.at && **k < end).count() as f64;
+        // The estimate is each piece's.
+        let given = t.0.iter().filter(|k| **k >= free.at && **k < end).count() as f64
+            / (1 + free.pieces.len()) as f64;
         let estimate = free.estimate.expect("an estimate of the upper part") as f64;
         assert!(
             (estimate - given).abs() <= given * 0.25,
@@ -1381,6 +1641,17 @@ mod tests {
                     prop_assert!(read.is_some() || remainder.iter().any(|k| **k >= s.at), "the upper part holds a key");
                     prop_assert!(s.probes <= MAX_PROBES + 2);
                     prop_assert!(key_problem(&s.at.pk).is_none() && key_problem(&s.at.rk).is_none());
+                    // Pieces go up from the cut, stay inside the remainder and are legal.
+                    prop_assert!(s.pieces.is_empty() || read.is_some(), "pieces without a density");
+                    prop_assert!((s.pieces.len() as u64) < MAX_PIECES - 1);
+                    let mut below = &s.at;
+                    for piece in &s.pieces {
+                        prop_assert!(piece > below, "{piece:?} not above {below:?}");
+                        prop_assert!(end.as_ref().is_none_or(|e| piece < e));
+                        prop_assert!(rows || piece.pk != after.pk, "piece inside the partition");
+                        prop_assert!(key_problem(&piece.pk).is_none() && key_problem(&piece.rk).is_none());
+                        below = piece;
+                    }
                 }
             }
         }

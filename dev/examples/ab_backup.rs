@@ -11,6 +11,7 @@
 //!
 //! `PARTITIONS` spreads the sample entities over that many partitions (1: one
 //! partition). With `AB_SMALL_TABLES=N` the entities go into N tables instead of one.
+//! With `AB_STDERR_DIR=dir` each backup's log (set `RUST_LOG`) is kept as `dir/<name>.log`.
 
 use std::time::Instant;
 
@@ -78,6 +79,9 @@ async fn main() -> anyhow::Result<()> {
                 .with_context(|| format!("cannot run {bin}"))?;
             let wall = started.elapsed().as_secs_f64();
             let after = cpu()?;
+            if let Ok(dir) = std::env::var("AB_STDERR_DIR") {
+                std::fs::write(format!("{dir}/{name}.log"), &out.stderr)?;
+            }
             ensure!(
                 out.status.success(),
                 "{bin} failed: {}",

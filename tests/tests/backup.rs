@@ -289,6 +289,36 @@ async fn large_ranges_are_split_while_scanning_for_every_key_shape() {
     }
 }
 
+/// A table's first task hands the rest to idle workers in pieces of one size, so no task
+/// ends much larger than the others: cut in two as each idle worker asked, the first
+/// pieces were a quarter of the table each (with 4 workers) and the last a few
+/// thousand entities, up to 2.75 times the mean task.
+#[tokio::test]
+async fn idle_workers_get_a_table_in_pieces_of_one_size() {
+    let env = TestEnv::start().await;
+    let client = TableClient::new(&env.account).unwrap();
+    let t = target(&env.account);
+    for (partitions, per) in [(40, 500), (1, 20_000)] {
+        let table = unique_table("pieces");
+        let source = load_numbered(&client, &table, partitions, per).await;
+        let count = source.len() as u64;
+        let req = backup_of(&env.account, &table);
+        let (blobs, manifest) = complete_backup(&req, &t, 4, count).await;
+        let counts: Vec<u64> = manifest.tables[0]
+            .ranges
+            .iter()
+            .map(|r| r.entities)
+            .collect();
+        let largest = *counts.iter().max().unwrap() as f64;
+        let mean = count as f64 / counts.len() as f64;
+        assert!(
+            largest <= 0.2 * count as f64 && largest <= 2.0 * mean,
+            "{partitions} partitions: {counts:?}"
+        );
+        assert_eq!(read_backup(&blobs, &manifest, &table).await, source);
+    }
+}
+
 /// A task that splits goes on reading with a query that stops at the cut, so the service
 /// is not asked to read on into the part another task now holds (the emulator sorts
 /// every match of a query for each page it serves: a query left open to the end of the

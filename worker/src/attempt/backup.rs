@@ -178,10 +178,11 @@ impl BackupAttempt<'_> {
         commit(self.store, &paths, &record).await
     }
 
-    /// Cuts the unread part of the range (after `after`, before `end`) in two if no task
-    /// waits on the queue, or, where partitions are not paced (the emulator), if the one
-    /// waiting was split off with an estimate and this remainder holds twice as much, and
-    /// puts the upper part there. Returns the new task.
+    /// Cuts the unread part of the range (after `after`, before `end`) if no task waits
+    /// on the queue (in two, or, when its size can be told, into pieces for idle
+    /// workers), or, where partitions are not paced (the emulator), in two if the one
+    /// waiting was split off with an estimate and this remainder holds twice as much,
+    /// and puts the upper parts there. Returns the new tasks, upper ones first.
     /// Splitting only speeds things up, so any failure just means no split.
     async fn try_split(
         &self,
@@ -190,7 +191,7 @@ impl BackupAttempt<'_> {
         seen_next: Option<&EntityKey>,
         end: Option<&EntityKey>,
         read: ReadSoFar<'_>,
-    ) -> Option<PlannedTask> {
+    ) -> Vec<PlannedTask> {
         // Where partitions have a rate (Azure), the rest of one is read fastest by one task.
         let unpaced = self.limiter.is_none_or(|l| !l.paces_partitions());
         let outweigh = match splitting.queue.first_waiting().await {
@@ -204,9 +205,9 @@ impl BackupAttempt<'_> {
                 Ok(TaskKind::Backup {
                     estimate: Some(e), ..
                 }) => Some(e),
-                _ => return None,
+                _ => return Vec::new(),
             },
-            Ok(Some(_)) | Err(_) => return None,
+            Ok(Some(_)) | Err(_) => return Vec::new(),
         };
         let probe = TableProbe {
             client: self.source,
@@ -226,35 +227,67 @@ impl BackupAttempt<'_> {
         .await
         {
             Ok(Some(s)) => s,
-            Ok(None) => return None,
+            Ok(None) => return Vec::new(),
             Err(e) => {
                 tracing::debug!(error = %e, "could not probe for a split point; not splitting");
-                return None;
+                return Vec::new();
             }
         };
-        let range = KeyRange::new(Some(split.at.clone()), end.cloned());
-        let task = split_task_id(self.table, &range);
-        let message = TaskMessage {
-            v: PROTOCOL_VERSION,
-            container: splitting.container.to_string(),
-            job: self.job.backup_id.clone(),
-            table: self.table.to_string(),
-            task: task.clone(),
-            kind: TaskKind::Backup {
-                range: range.clone(),
-                ceiling: split.ceiling,
-                estimate: split.estimate,
-            },
-        };
-        // A put that failed may still have landed: then the new task only repeats part
-        // of this one, and whichever commits are used, the tiling is exact.
-        if let Err(e) = splitting.queue.put(&message.encode(), None).await {
-            tracing::debug!(error = %e, "could not queue a split-off task; not splitting");
-            return None;
+        // The upper part, as one task or as pieces, top piece last.
+        let starts: Vec<&EntityKey> = std::iter::once(&split.at).chain(&split.pieces).collect();
+        let ranges: Vec<KeyRange> = starts
+            .iter()
+            .enumerate()
+            .map(|(i, start)| {
+                let end = starts.get(i + 1).copied().or(end);
+                KeyRange::new(Some((*start).clone()), end.cloned())
+            })
+            .collect();
+        let messages: Vec<(PlannedTask, TaskMessage)> = ranges
+            .into_iter()
+            .enumerate()
+            .map(|(i, range)| {
+                let task = split_task_id(self.table, &range);
+                let top = i + 1 == starts.len();
+                let message = TaskMessage {
+                    v: PROTOCOL_VERSION,
+                    container: splitting.container.to_string(),
+                    job: self.job.backup_id.clone(),
+                    table: self.table.to_string(),
+                    task: task.clone(),
+                    kind: TaskKind::Backup {
+                        range: range.clone(),
+                        // Only the top piece reaches as far as the ceiling is known.
+                        ceiling: if top { split.ceiling.clone() } else { None },
+                        estimate: split.estimate,
+                    },
+                };
+                (PlannedTask { task, range }, message)
+            })
+            .collect();
+        let texts: Vec<String> = messages.iter().map(|(_, m)| m.encode()).collect();
+        let results =
+            futures::future::join_all(texts.iter().map(|t| splitting.queue.put(t, None))).await;
+        // The pieces queued from the top down without a gap are split off; a piece
+        // below a failed put stays with this task. A put that failed may still have
+        // landed: then that task only repeats part of this one, and whichever commits
+        // are used, the tiling is exact.
+        let queued = queued_from_top(&results);
+        if let Some(Err(e)) = results.iter().rev().find(|r| r.is_err()) {
+            tracing::debug!(error = %e, queued, "could not queue a split-off task; this task keeps the pieces below it");
         }
-        tracing::info!(at = %split.at, task = %task, probes = split.probes, estimate = ?split.estimate, waiting = ?outweigh, "split the unread part of the range off to another worker");
-        WorkerStats::add(&self.stats.tasks_split, 1);
-        Some(PlannedTask { task, range })
+        let split_off: Vec<PlannedTask> = messages
+            .into_iter()
+            .skip(results.len() - queued)
+            .map(|(task, _)| task)
+            .rev()
+            .collect();
+        let Some(lowest) = split_off.last() else {
+            return Vec::new();
+        };
+        tracing::info!(at = %lowest.range, pieces = split_off.len(), probes = split.probes, estimate = ?split.estimate, waiting = ?outweigh, "split the unread part of the range off to other workers");
+        WorkerStats::add(&self.stats.tasks_split, split_off.len() as u64);
+        split_off
     }
 
     /// Scans every segment of the range in key order into the writer, splitting off
@@ -366,13 +399,13 @@ impl BackupAttempt<'_> {
                         first,
                         entities: read,
                     };
-                    if let Some(task) = self
+                    let pieces = self
                         .try_split(splitting, after, seen_next.as_ref(), end.as_ref(), so_far)
-                        .await
-                    {
-                        end = task.range.start.clone();
+                        .await;
+                    if let Some(lowest) = pieces.last() {
+                        end = lowest.range.start.clone();
                         end_tx.send_replace(end.clone());
-                        split_off.push(task);
+                        split_off.extend(pieces);
                         // More workers may be idle: look again after this page.
                         last_look = None;
                     }
@@ -479,6 +512,12 @@ pub async fn commit(
     }
 }
 
+/// How many of the pieces whose puts gave `results` (in key order) are split off: those
+/// from the top down to the first failure. A gap would leave a range nobody reads.
+fn queued_from_top<T, E>(results: &[Result<T, E>]) -> usize {
+    results.iter().rev().take_while(|r| r.is_ok()).count()
+}
+
 #[cfg(test)]
 mod tests {
     use std::sync::Arc;
@@ -517,6 +556,16 @@ mod tests {
     fn setup() -> (Arc<MemoryBlobs>, Store, BackupPaths) {
         let blobs = Arc::new(MemoryBlobs::new("c"));
         (blobs.clone(), Store::new(blobs), BackupPaths::new("job1"))
+    }
+
+    #[test]
+    fn only_pieces_queued_from_the_top_without_a_gap_are_split_off() {
+        let (ok, err) = (Ok::<(), ()>(()), Err::<(), ()>(()));
+        assert_eq!(queued_from_top(&[ok, ok, ok]), 3);
+        // A failed put in the middle: the pieces below it stay with the splitter.
+        assert_eq!(queued_from_top(&[ok, err, ok, ok]), 2);
+        assert_eq!(queued_from_top(&[ok, ok, err]), 0);
+        assert_eq!(queued_from_top::<(), ()>(&[]), 0);
     }
 
     #[tokio::test]
