@@ -746,10 +746,11 @@ pub struct Split {
 /// Finds where to cut the unread part of a range that has been read up to `after`
 /// (included) and ends at `end` (excluded), by key value: in the middle, or, when `read`
 /// says how densely the keys read so far lie, where both tasks end with about as many
-/// entities. `ceiling` is a position no key was seen to reach, if known. A remainder
-/// inside one partition is cut by RowKey only `within_partition`: where the service
-/// serves a partition at a fixed rate (Azure's ~2,000 entities/s), two readers of one
-/// partition are no faster than one, only throttled. `None` when the remainder holds no
+/// entities. `ceiling` is a position no key was seen to reach, if known. `unpaced`: the
+/// service serves partitions with no rate of their own (the emulator). Only then is a
+/// remainder inside one partition cut by RowKey: where a partition is served at a fixed
+/// rate (Azure's ~2,000 entities/s), two readers of one partition are no faster than
+/// one, only throttled. `None` when the remainder holds no
 /// key to cut at (or only inside a partition that may not be cut), or is estimated
 /// under [`MIN_SPLIT_ENTITIES`], or under twice `outweigh` (the estimate of a task
 /// already waiting for a worker: a range is worth splitting while another waits only
@@ -765,9 +766,12 @@ pub struct Split {
 /// lower next time. Each probe costs the emulator a filter and sort of the whole table,
 /// as much as half a page; on Azure it is an index seek.
 ///
-/// With no task waiting (`outweigh` is `None`), both bounds and the density known, a
-/// remainder holding several pieces' worth is cut into pieces of one size at once
-/// ([`fan_out_shares`], [`Split::pieces`]), all placed by value.
+/// Where partitions are not paced, with no task waiting (`outweigh` is `None`), both
+/// bounds and the density known, a remainder holding several pieces' worth is cut into
+/// pieces of one size at once ([`fan_out_shares`], [`Split::pieces`]), all placed by
+/// value. Where they are paced, the pieces made the ramp of a large fleet overshoot the
+/// account (simulated first backups at 64 workers: 84.6-88.1% of the account with
+/// 0.9-1.3% refused, against 91.4-92.0% and at most 0.5% cutting in two).
 #[allow(clippy::too_many_arguments)]
 pub async fn find_split(
     probe: &dyn KeyProbe,
@@ -777,7 +781,7 @@ pub async fn find_split(
     ceiling: Option<&EntityKey>,
     read: Option<ReadSoFar<'_>>,
     outweigh: Option<u64>,
-    within_partition: bool,
+    unpaced: bool,
 ) -> tablevault_azure::Result<Option<Split>> {
     let mut p = Prober { probe, sent: 0 };
     let mut learned = ceiling.cloned();
@@ -825,7 +829,9 @@ pub async fn find_split(
             else {
                 return Ok(None);
             };
-            if let Some((points, size)) = fan_out(read_from, hi.as_deref(), &next.pk, outweigh) {
+            if let Some((points, size)) =
+                fan_out(read_from, hi.as_deref(), &next.pk, outweigh, unpaced)
+            {
                 estimate = Some(size);
                 let mut points = points.into_iter().map(EntityKey::partition_start);
                 let at = points.next().expect("fan_out gives at least two points");
@@ -839,7 +845,7 @@ pub async fn find_split(
                 EntityKey::partition_start(pk)
             }
         }
-        None if !within_partition => return Ok(None),
+        None if !unpaced => return Ok(None),
         None => {
             // Only the rest of the current partition is left (and, at most, the head of
             // the end's, which stays with this task).
@@ -879,7 +885,9 @@ pub async fn find_split(
             else {
                 return Ok(None);
             };
-            if let Some((points, size)) = fan_out(read_from, hi.as_deref(), &after.rk, outweigh) {
+            if let Some((points, size)) =
+                fan_out(read_from, hi.as_deref(), &after.rk, outweigh, unpaced)
+            {
                 estimate = Some(size);
                 let mut points = points.into_iter().map(|rk| EntityKey::new(&after.pk, rk));
                 let at = points.next().expect("fan_out gives at least two points");
@@ -906,17 +914,18 @@ pub async fn find_split(
     }))
 }
 
-/// With no task waiting, both bounds of the remainder `[reached, hi)` known and the
-/// density read from `read_from`, the points where its pieces for idle workers start
-/// ([`fan_out_shares`]), and each piece's estimate.
+/// Where partitions are not paced, with no task waiting, both bounds of the remainder
+/// `[reached, hi)` known and the density read from `read_from`, the points where its
+/// pieces for idle workers start ([`fan_out_shares`]), and each piece's estimate.
 fn fan_out(
     read_from: Option<(&str, u64)>,
     hi: Option<&str>,
     reached: &str,
     outweigh: Option<u64>,
+    unpaced: bool,
 ) -> Option<(Vec<String>, u64)> {
     let ((from, entities), hi) = (read_from?, hi?);
-    if outweigh.is_some() {
+    if outweigh.is_some() || !unpaced {
         return None;
     }
     let at = fraction(from, Some(hi), reached);
@@ -1247,6 +1256,19 @@ mod tests {
             }
             // While a task waits, a range is only ever cut in two.
             assert!(split_for(Some(100)).pieces.is_empty(), "{name}");
+            // Where partitions are paced, too.
+            let paced = run(find_split(
+                t,
+                &t.0[999],
+                None,
+                None,
+                ceiling.as_ref(),
+                Some(read),
+                None,
+                false,
+            ))
+            .unwrap();
+            assert!(paced.is_none_or(|s| s.pieces.is_empty()), "{name}");
         }
     }
 

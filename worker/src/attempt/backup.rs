@@ -179,8 +179,9 @@ impl BackupAttempt<'_> {
     }
 
     /// Cuts the unread part of the range (after `after`, before `end`) if no task waits
-    /// on the queue (in two, or, when its size can be told, into pieces for idle
-    /// workers), or, where partitions are not paced (the emulator), in two if the one
+    /// on the queue (in two, or, where partitions are not paced and its size can be
+    /// told, into pieces for idle workers), or, where partitions are not paced (the
+    /// emulator), in two if the one
     /// waiting was split off with an estimate and this remainder holds twice as much,
     /// and puts the upper parts there. Returns the new tasks, upper ones first.
     /// Splitting only speeds things up, so any failure just means no split.
@@ -192,7 +193,8 @@ impl BackupAttempt<'_> {
         end: Option<&EntityKey>,
         read: ReadSoFar<'_>,
     ) -> Vec<PlannedTask> {
-        // Where partitions have a rate (Azure), the rest of one is read fastest by one task.
+        // Where partitions have a rate (Azure), the rest of one is read fastest by one
+        // task, and a remainder is only cut in two (`find_split`).
         let unpaced = self.limiter.is_none_or(|l| !l.paces_partitions());
         let outweigh = match splitting.queue.first_waiting().await {
             Ok(None) => None,
@@ -213,7 +215,6 @@ impl BackupAttempt<'_> {
             client: self.source,
             table: self.table,
         };
-        let within_partition = unpaced;
         let split = match find_split(
             &probe,
             after,
@@ -222,7 +223,7 @@ impl BackupAttempt<'_> {
             splitting.ceiling,
             Some(read),
             outweigh,
-            within_partition,
+            unpaced,
         )
         .await
         {
