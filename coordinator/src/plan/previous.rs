@@ -18,9 +18,10 @@ const LOOKBACK: usize = 20;
 /// Commit records read at once.
 const READS_IN_FLIGHT: usize = 16;
 
-/// Fewest entities per planned task: smaller tasks cost more in per-task requests than
-/// they gain in balance (workers split large ones anyway).
-pub const MIN_TASK_ENTITIES: u64 = 10_000;
+/// Fewest entities per planned task: the size of the pieces a split hands to idle
+/// workers, so planned tasks and split-off ones end about the same size. Smaller tasks
+/// would cost more in per-task requests than they gain in balance.
+pub const MIN_TASK_ENTITIES: u64 = tablevault_core::split::PIECE_ENTITIES;
 
 /// The manifest of the newest complete backup of `source` in the store, if any.
 pub async fn last_complete_backup(store: &Store, source: &AccountRef) -> Result<Option<Manifest>> {
@@ -144,8 +145,8 @@ mod tests {
         assert_eq!(task_count(10_000_000, 32, false, 4), 32);
         assert_eq!(task_count(10_000_000, 32, false, 1_000), 256);
         // Never more than one task per MIN_TASK_ENTITIES.
-        assert_eq!(task_count(300_000, 32, false, 64), 30);
-        assert_eq!(task_count(5_000, 32, false, 64), 1);
+        assert_eq!(task_count(60_000, 32, false, 64), 24);
+        assert_eq!(task_count(4_000, 32, false, 64), 1);
         // In-process workers: their number decides, whatever ran last time.
         assert_eq!(task_count(10_000_000, 8, true, 64), 8);
     }
