@@ -613,7 +613,34 @@ pub struct ReadSoFar<'a> {
     pub first: &'a EntityKey,
     /// Entities read.
     pub entities: u64,
+    /// What it has read of the partition it is in, when it knows.
+    pub partition: Option<PartitionRead<'a>>,
+    /// The most entities it read of one partition.
+    pub largest_partition: u64,
+    /// Whether its range was planned, not split off another task with an estimate. Only
+    /// a planned range, nobody's estimate yet, is cut into pieces ([`Split::pieces`]):
+    /// a piece is cut in two as idle workers ask, so an estimate thrown off by a large
+    /// partition (Zipf-like sizes) cannot hand out ten pieces of a few hundred entities.
+    pub planned: bool,
 }
+
+/// What an attempt has read of the partition it is in.
+#[derive(Debug, Clone, Copy)]
+pub struct PartitionRead<'a> {
+    /// The first RowKey read in it.
+    pub first_rk: &'a str,
+    /// Entities read in it.
+    pub entities: u64,
+    /// Whether the page read ahead is still in it.
+    pub continues: bool,
+}
+
+/// Where partitions are not paced, a partition an attempt has read this many entities
+/// of, with the page read ahead still in it, is cut inside (the part above the cut
+/// keeps the partitions after it): cutting after it would leave all of a large
+/// partition with one task (with Zipf-like partition sizes, a task of a quarter of the
+/// table beside tasks of a few thousand entities).
+pub const LARGE_PARTITION_READ: u64 = PIECE_ENTITIES / 2;
 
 /// A remainder estimated at fewer entities than this is not split: a couple of pages
 /// read by another worker save less than a task costs, and tiny tasks unbalance the
@@ -766,9 +793,10 @@ pub struct Split {
 /// lower next time. Each probe costs the emulator a filter and sort of the whole table,
 /// as much as half a page; on Azure it is an index seek.
 ///
-/// Where partitions are not paced, with no task waiting (`outweigh` is `None`), both
-/// bounds and the density known, a remainder holding several pieces' worth is cut into
-/// pieces of one size at once ([`fan_out_shares`], [`Split::pieces`]), all placed by
+/// Where partitions are not paced, in a planned range (`read.planned`), with no task
+/// waiting (`outweigh` is `None`), both bounds and the density known, and the density
+/// not mostly the partition being read, a remainder holding several pieces' worth is
+/// cut into pieces of one size at once ([`fan_out_shares`], [`Split::pieces`]), all placed by
 /// value. Where they are paced, the pieces made the ramp of a large fleet overshoot the
 /// account (simulated first backups at 64 workers: 84.6-88.1% of the account with
 /// 0.9-1.3% refused, against 91.4-92.0% and at most 0.5% cutting in two).
@@ -795,7 +823,13 @@ pub async fn find_split(
         || learned
             .as_ref()
             .is_some_and(|c| c.pk == after.pk && !c.rk.is_empty());
+    // A large partition is cut inside even when later ones follow.
+    let inside_large = unpaced
+        && read
+            .and_then(|r| r.partition)
+            .is_some_and(|p| p.continues && p.entities >= LARGE_PARTITION_READ);
     let next = match seen_next {
+        _ if inside_large => None,
         Some(k) => Some(k.clone()),
         None if last_partition => None,
         None => {
@@ -829,9 +863,19 @@ pub async fn find_split(
             else {
                 return Ok(None);
             };
-            if let Some((points, size)) =
-                fan_out(read_from, hi.as_deref(), &next.pk, outweigh, unpaced)
-            {
+            // Pieces are cut by the density read: not when most of it is one large
+            // partition (with Zipf-like sizes, a large partition made the sparse ones
+            // after it look as dense: ten pieces of a few hundred entities each).
+            let skewed = read.is_some_and(|r| {
+                r.largest_partition >= LARGE_PARTITION_READ && 2 * r.largest_partition > r.entities
+            });
+            if let Some((points, size)) = fan_out(
+                read_from,
+                hi.as_deref(),
+                &next.pk,
+                outweigh,
+                unpaced && !skewed && read.is_some_and(|r| r.planned),
+            ) {
                 estimate = Some(size);
                 let mut points = points.into_iter().map(EntityKey::partition_start);
                 let at = points.next().expect("fan_out gives at least two points");
@@ -848,7 +892,8 @@ pub async fn find_split(
         None if !unpaced => return Ok(None),
         None => {
             // Only the rest of the current partition is left (and, at most, the head of
-            // the end's, which stays with this task).
+            // the end's, which stays with this task), or it is large: then the part
+            // above the cut keeps the partitions after it too.
             let below = end.filter(|e| e.pk == after.pk).map(|e| e.rk.as_str());
             let inside = Dimension::Rows {
                 partition: &after.pk,
@@ -872,22 +917,35 @@ pub async fn find_split(
                         return Ok(None);
                     };
                     let found = find_ceiling(&mut p, &inside, &first.rk).await?;
-                    // No later partition exists, so nothing reaches (partition, found).
-                    learned = found.as_ref().map(|rk| EntityKey::new(&after.pk, rk));
+                    // Unless later partitions may follow, nothing reaches (partition,
+                    // found).
+                    if !inside_large {
+                        learned = found.as_ref().map(|rk| EntityKey::new(&after.pk, rk));
+                    }
                     found
                 }
             };
-            // Inside one partition, the density is known if the read began in it.
-            let read_from = read
-                .filter(|r| r.first.pk == after.pk)
-                .map(|r| (r.first.rk.as_str(), r.entities));
+            // Inside one partition, the density is known if the read began in it, or
+            // from what was read of it.
+            let read_from = read.and_then(|r| {
+                if r.first.pk == after.pk {
+                    Some((r.first.rk.as_str(), r.entities))
+                } else {
+                    r.partition.map(|p| (p.first_rk, p.entities))
+                }
+            });
             let Some((share, upper)) = cut_share(read_from, hi.as_deref(), &after.rk, outweigh)
             else {
                 return Ok(None);
             };
-            if let Some((points, size)) =
-                fan_out(read_from, hi.as_deref(), &after.rk, outweigh, unpaced)
-            {
+            let pieces_allowed = read.is_some_and(|r| r.planned);
+            if let Some((points, size)) = fan_out(
+                read_from,
+                hi.as_deref(),
+                &after.rk,
+                outweigh,
+                pieces_allowed,
+            ) {
                 estimate = Some(size);
                 let mut points = points.into_iter().map(|rk| EntityKey::new(&after.pk, rk));
                 let at = points.next().expect("fan_out gives at least two points");
@@ -914,18 +972,18 @@ pub async fn find_split(
     }))
 }
 
-/// Where partitions are not paced, with no task waiting, both bounds of the remainder
-/// `[reached, hi)` known and the density read from `read_from`, the points where its
-/// pieces for idle workers start ([`fan_out_shares`]), and each piece's estimate.
+/// When `allowed`, with no task waiting, both bounds of the remainder `[reached, hi)`
+/// known and the density read from `read_from`, the points where its pieces for idle
+/// workers start ([`fan_out_shares`]), and each piece's estimate.
 fn fan_out(
     read_from: Option<(&str, u64)>,
     hi: Option<&str>,
     reached: &str,
     outweigh: Option<u64>,
-    unpaced: bool,
+    allowed: bool,
 ) -> Option<(Vec<String>, u64)> {
     let ((from, entities), hi) = (read_from?, hi?);
-    if outweigh.is_some() || !unpaced {
+    if outweigh.is_some() || !allowed {
         return None;
     }
     let at = fraction(from, Some(hi), reached);
@@ -1100,6 +1158,9 @@ mod tests {
         let read = ReadSoFar {
             first: &t.0[from],
             entities: (i + 1 - from) as u64,
+            partition: None,
+            largest_partition: 0,
+            planned: true,
         };
         let split = run(find_split(
             t,
@@ -1142,6 +1203,97 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn a_large_partition_is_cut_inside_even_when_later_ones_follow() {
+        // Partition "b" holds 5,000 entities between small ones; a task read "a" and
+        // 2,000 of "b", and the page read ahead is still in "b".
+        let keys = (0..100)
+            .map(|i| EntityKey::new("a", format!("{i:05}")))
+            .chain((0..5_000).map(|i| EntityKey::new("b", format!("{i:05}"))))
+            .chain((0..2_000).map(|i| EntityKey::new(format!("c{:02}", i / 100), "r")))
+            .collect();
+        let t = Sorted::new(keys);
+        let after = EntityKey::new("b", "01999");
+        let next = EntityKey::new("c00", "r");
+        let split_with = |continues: bool, unpaced: bool| {
+            let read = ReadSoFar {
+                first: &t.0[0],
+                entities: 2_100,
+                partition: Some(PartitionRead {
+                    first_rk: "00000",
+                    entities: 2_000,
+                    continues,
+                }),
+                largest_partition: 2_000,
+                planned: true,
+            };
+            run(find_split(
+                &t,
+                &after,
+                Some(&next),
+                None,
+                None,
+                Some(read),
+                None,
+                unpaced,
+            ))
+            .unwrap()
+        };
+        let inside = split_with(true, true).expect("a split");
+        assert_eq!(inside.at.pk, "b", "{inside:?}");
+        assert!(inside.at > after);
+        // What "b" has left is estimated from what was read of it, and the ceiling
+        // found inside "b" is not passed on: the partitions after it are still there.
+        let estimate = inside.estimate.expect("an estimate") as f64;
+        assert!((500.0..=3_000.0).contains(&estimate), "{estimate}");
+        assert!(
+            inside
+                .ceiling
+                .as_ref()
+                .is_none_or(|c| t.0.iter().all(|k| k < c)),
+            "{inside:?}"
+        );
+        // A partition that ends on the page read ahead, or where partitions are paced:
+        // cut after it, if at all.
+        for (continues, unpaced) in [(false, true), (true, false)] {
+            let after_it = split_with(continues, unpaced);
+            assert!(
+                after_it.is_none_or(|s| s.at.pk.as_str() > "b"),
+                "{continues} {unpaced}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_density_read_mostly_from_one_large_partition_gives_no_pieces() {
+        // A task read 3,000 entities, 2,000 of them in one partition: the partitions
+        // after it need not be as dense, so the rest is cut in two, not into pieces.
+        let t = guid_partitions(20_000);
+        let split_with = |largest_partition| {
+            let read = ReadSoFar {
+                first: &t.0[0],
+                entities: 3_000,
+                partition: None,
+                largest_partition,
+                planned: true,
+            };
+            run(find_split(
+                &t,
+                &t.0[2_999],
+                None,
+                Some(&t.0[19_000]),
+                None,
+                Some(read),
+                None,
+                true,
+            ))
+            .unwrap()
+            .expect("a split")
+        };
+        assert!(!split_with(1).pieces.is_empty());
+        assert!(split_with(2_000).pieces.is_empty());
     }
 
     #[test]
@@ -1220,6 +1372,9 @@ mod tests {
             let read = ReadSoFar {
                 first: &t.0[0],
                 entities: 1_000,
+                partition: None,
+                largest_partition: 0,
+                planned: true,
             };
             let split_for = |outweigh| {
                 run(find_split(
@@ -1256,6 +1411,23 @@ mod tests {
             }
             // While a task waits, a range is only ever cut in two.
             assert!(split_for(Some(100)).pieces.is_empty(), "{name}");
+            // And a piece is only ever cut in two.
+            let piece = run(find_split(
+                t,
+                &t.0[999],
+                None,
+                None,
+                ceiling.as_ref(),
+                Some(ReadSoFar {
+                    planned: false,
+                    ..read
+                }),
+                None,
+                true,
+            ))
+            .unwrap()
+            .unwrap();
+            assert!(piece.pieces.is_empty(), "{name}");
             // Where partitions are paced, too.
             let paced = run(find_split(
                 t,
@@ -1284,6 +1456,9 @@ mod tests {
             let read = ReadSoFar {
                 first: &t.0[from],
                 entities: (i + 1 - from) as u64,
+                partition: None,
+                largest_partition: 0,
+                planned: true,
             };
             let split = run(find_split(
                 t,
@@ -1349,6 +1524,9 @@ mod tests {
         let read = ReadSoFar {
             first: &giant.0[0],
             entities: 5_000,
+            partition: None,
+            largest_partition: 0,
+            planned: true,
         };
         let split_with = |end: Option<&EntityKey>, ceiling: Option<&EntityKey>| {
             run(find_split(
@@ -1386,6 +1564,9 @@ mod tests {
         let read = ReadSoFar {
             first: &t.0[0],
             entities: 1_000,
+            partition: None,
+            largest_partition: 0,
+            planned: true,
         };
         let first = run(find_split(
             &t,
@@ -1429,6 +1610,9 @@ mod tests {
         let read = ReadSoFar {
             first: &t.0[0],
             entities: 2_000,
+            partition: None,
+            largest_partition: 0,
+            planned: true,
         };
         let split = |outweigh| {
             run(find_split(
@@ -1634,6 +1818,8 @@ mod tests {
             end_pick in prop::option::of(0usize..1000),
             ceiling in prop::option::of((key(), key())),
             read in prop::option::of((0usize..1000, 0u64..100_000)),
+            part in prop::option::of((key(), 0u64..5_000, any::<bool>())),
+            planned in any::<bool>(),
             rows in any::<bool>(),
         ) {
             let t = Sorted::new(keys.into_iter().map(|(p, r)| EntityKey::new(p, r)).collect());
@@ -1644,7 +1830,10 @@ mod tests {
             // What was read, even nonsense (a first key after the last): only balance
             // depends on it.
             let first = read.map(|(f, _)| t.0[f % t.0.len()].clone());
-            let read = first.as_ref().zip(read).map(|(first, (_, entities))| ReadSoFar { first, entities });
+            // And any reading of the current partition: a wrong one costs balance only.
+            let part_rk = part.as_ref().map(|(rk, _, _)| rk.clone());
+            let partition = part.as_ref().zip(part_rk.as_deref()).map(|((_, n, c), first_rk)| PartitionRead { first_rk, entities: *n, continues: *c });
+            let read = first.as_ref().zip(read).map(|(first, (_, entities))| ReadSoFar { first, entities, partition, largest_partition: part.as_ref().map_or(0, |p| p.1), planned });
             let split = run(find_split(&t, &after, None, end.as_ref(), ceiling.as_ref(), read, None, rows)).unwrap();
             let remainder: Vec<&EntityKey> = t.0.iter()
                 .filter(|k| **k > after && end.as_ref().is_none_or(|e| *k < e))
@@ -1663,6 +1852,9 @@ mod tests {
                     prop_assert!(read.is_some() || remainder.iter().any(|k| **k >= s.at), "the upper part holds a key");
                     prop_assert!(s.probes <= MAX_PROBES + 2);
                     prop_assert!(key_problem(&s.at.pk).is_none() && key_problem(&s.at.rk).is_none());
+                    // A ceiling passed on is never reached by a key of the upper part
+                    // (unless a wrong one was given).
+                    prop_assert!(ceiling.is_some() || s.ceiling.as_ref().is_none_or(|c| remainder.iter().all(|k| *k < c)), "ceiling {:?} is reached", s.ceiling);
                     // Pieces go up from the cut, stay inside the remainder and are legal.
                     prop_assert!(s.pieces.is_empty() || read.is_some(), "pieces without a density");
                     prop_assert!((s.pieces.len() as u64) < MAX_PIECES - 1);

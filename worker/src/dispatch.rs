@@ -33,6 +33,8 @@ enum Work {
         job: Arc<BackupJob>,
         range: KeyRange,
         ceiling: Option<EntityKey>,
+        /// Planned, not split off another task with an estimate.
+        planned: bool,
     },
     Restore {
         job: Arc<RestoreJob>,
@@ -175,7 +177,11 @@ impl Worker {
     ) -> Result<Option<Resolved>, StoreError> {
         let paths = BackupPaths::new(&task.job);
         Ok(match &task.kind {
-            TaskKind::Backup { range, ceiling, .. } => self
+            TaskKind::Backup {
+                range,
+                ceiling,
+                estimate,
+            } => self
                 .jobs
                 .backup_job(store, &task.job)
                 .await?
@@ -186,6 +192,7 @@ impl Worker {
                     work: Work::Backup {
                         range: range.clone(),
                         ceiling: ceiling.clone(),
+                        planned: estimate.is_none(),
                         job,
                     },
                 }),
@@ -333,6 +340,7 @@ impl Worker {
                 job,
                 range,
                 ceiling,
+                planned,
             } => {
                 let (limiter, _following) = self
                     .limiter_for(
@@ -366,6 +374,7 @@ impl Worker {
                         queue: self.settler.queue(),
                         container: &task.container,
                         ceiling: ceiling.as_ref(),
+                        planned: *planned,
                     }),
                     limiter: Some(&limiter),
                 };

@@ -27,7 +27,7 @@ use tablevault_core::protocol::{
     split_task_id,
 };
 use tablevault_core::queue::TaskQueue;
-use tablevault_core::split::{ReadSoFar, TableProbe, find_split};
+use tablevault_core::split::{PartitionRead, ReadSoFar, TableProbe, find_split};
 use tablevault_core::stats::WorkerStats;
 use tablevault_core::store::{BackupPaths, BlockWriter, CreateOutcome, Store, StoreError};
 use tokio::sync::{mpsc, watch};
@@ -92,6 +92,9 @@ pub struct Splitting<'a> {
     pub container: &'a str,
     /// A position no key reaches, from the task's message.
     pub ceiling: Option<&'a EntityKey>,
+    /// The range was planned, not split off another task with an estimate: only such a
+    /// range is cut into pieces for idle workers (`ReadSoFar::planned`).
+    pub planned: bool,
 }
 
 /// Least time between two looks at the queue for idle workers. A look is one Peek
@@ -372,6 +375,10 @@ impl BackupAttempt<'_> {
             let mut previous: Option<EntityKey> = None;
             let mut first: Option<EntityKey> = None;
             let mut read = 0u64;
+            // The first key read in the current partition, and how many of it.
+            let mut partition_first: Option<EntityKey> = None;
+            let mut partition_read = 0u64;
+            let mut largest_partition = 0u64;
             let mut end = self.range.end.clone();
             let mut split_off = Vec::new();
             let mut last_look: Option<Instant> = None;
@@ -399,6 +406,16 @@ impl BackupAttempt<'_> {
                     let so_far = ReadSoFar {
                         first,
                         entities: read,
+                        partition: partition_first.as_ref().map(|f| PartitionRead {
+                            first_rk: &f.rk,
+                            entities: partition_read,
+                            continues: page
+                                .entities
+                                .last()
+                                .is_some_and(|e| e.partition_key == after.pk),
+                        }),
+                        largest_partition,
+                        planned: splitting.planned,
                     };
                     let pieces = self
                         .try_split(splitting, after, seen_next.as_ref(), end.as_ref(), so_far)
@@ -430,6 +447,12 @@ impl BackupAttempt<'_> {
                     if first.is_none() {
                         first = Some(key.clone());
                     }
+                    if previous.as_ref().is_none_or(|p| p.pk != key.pk) {
+                        partition_first = Some(key.clone());
+                        partition_read = 0;
+                    }
+                    partition_read += 1;
+                    largest_partition = largest_partition.max(partition_read);
                     previous = Some(key);
                     if let Some(block) = packer.push(entity) {
                         WorkerStats::add(&self.stats.stored_bytes, block.data.len() as u64);
