@@ -401,9 +401,13 @@ async fn the_next_backup_plans_equal_ranges_from_the_last_one() {
                 .count() as u64
         })
         .collect();
-    assert_eq!(planned.len(), 3, "{planned:?}");
+    // At most 3 per table, or one per task slot of the last backup's worker (4).
+    assert!((3..=4).contains(&planned.len()), "{planned:?}");
+    let even = 30_000 / planned.len() as u64;
     assert!(
-        planned.iter().all(|&n| (8_000..=12_000).contains(&n)),
+        planned
+            .iter()
+            .all(|&n| (even * 8 / 10..=even * 12 / 10).contains(&n)),
         "{planned:?}"
     );
     assert_eq!(read_backup(&blobs, &second, table).await, source);
