@@ -212,6 +212,7 @@ fn restore(c: &mut Criterion<Clock>) {
         sha256: tablevault_core::format::hex(&sha2_digest(&stored)),
         first_key: block.first_key.clone(),
         last_key: block.last_key.clone(),
+        marks: block.marks.clone(),
     };
     decode_checked(&stored, "blob", &record, Compression::Zstd).unwrap();
 

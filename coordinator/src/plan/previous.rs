@@ -6,7 +6,8 @@
 use futures::StreamExt;
 use tablevault_core::keys::{EntityKey, KeyRange};
 use tablevault_core::protocol::{
-    AccountRef, DEFAULT_WORKER_CONCURRENCY, Manifest, ManifestTable, is_valid_backup_id,
+    AccountRef, BlockRecord, DEFAULT_WORKER_CONCURRENCY, Manifest, ManifestTable,
+    is_valid_backup_id,
 };
 use tablevault_core::store::Store;
 
@@ -99,18 +100,29 @@ pub async fn ranges_from_previous(
         let record = record?;
         workers.insert(record.worker);
         for blob in &record.blobs {
-            blocks.extend(
-                blob.blocks
-                    .iter()
-                    .map(|b| (b.first_key.clone(), b.entities)),
-            );
+            blocks.extend(blob.blocks.iter().flat_map(block_parts));
         }
     }
     let tasks = task_count(table.entities, max_tasks, fleet_known, workers.len());
     Ok(cut_equal(&blocks, tasks))
 }
 
-/// Ranges of about `total / tasks` entities each, cut at block starts.
+/// A block as (first key, entities) parts: whole, or cut at the keys it marks.
+fn block_parts(block: &BlockRecord) -> Vec<(EntityKey, u64)> {
+    let starts = std::iter::once((&block.first_key, 0))
+        .chain(block.marks.iter().map(|m| (&m.key, m.before)))
+        .collect::<Vec<_>>();
+    starts
+        .iter()
+        .enumerate()
+        .map(|(i, (key, before))| {
+            let next = starts.get(i + 1).map_or(block.entities, |n| n.1);
+            ((*key).clone(), next.saturating_sub(*before))
+        })
+        .collect()
+}
+
+/// Ranges of about `total / tasks` entities each, cut at block starts (or marks).
 pub fn cut_equal(blocks: &[(EntityKey, u64)], tasks: u64) -> Vec<KeyRange> {
     let total: u64 = blocks.iter().map(|(_, n)| n).sum();
     let tasks = tasks.max(1);
@@ -155,7 +167,7 @@ mod tests {
     /// of 10,000 entities, in a store.
     async fn last_backup(tasks: usize, blocks_each: usize) -> (Store, ManifestTable) {
         use std::sync::Arc;
-        use tablevault_core::protocol::{BlobRecord, BlockRecord, ManifestRange};
+        use tablevault_core::protocol::{BlobRecord, ManifestRange};
         use tablevault_core::testing::{MemoryBlobs, empty_commit};
         let store = Store::new(Arc::new(MemoryBlobs::new("c")));
         let key = |i: usize| EntityKey::new(format!("p{i:06}"), "r");
@@ -178,6 +190,7 @@ mod tests {
                         sha256: String::new(),
                         first_key: key(t * blocks_each + b),
                         last_key: key(t * blocks_each + b),
+                        marks: Vec::new(),
                     })
                     .collect(),
             }];
@@ -246,5 +259,51 @@ mod tests {
             assert!((12_000..=13_000).contains(&n), "{r}: {n}");
         }
         assert_eq!(cut_equal(&[], 4), vec![KeyRange::all()]);
+    }
+
+    #[test]
+    fn marks_inside_blocks_let_the_plan_cut_finer_than_blocks() {
+        use tablevault_core::protocol::KeyMark;
+        // Two blocks of 6,000 entities each (keys r00000..r11999), marked every 1,000.
+        let key = |i: u64| EntityKey::new("p", format!("r{i:05}"));
+        let block = |first: u64, marked: bool| BlockRecord {
+            id: String::new(),
+            offset: 0,
+            length: 0,
+            raw_length: 0,
+            entities: 6_000,
+            batches: 60,
+            sha256: String::new(),
+            first_key: key(first),
+            last_key: key(first + 5_999),
+            marks: if marked {
+                (1..6)
+                    .map(|m| KeyMark {
+                        key: key(first + m * 1_000),
+                        before: m * 1_000,
+                    })
+                    .collect()
+            } else {
+                Vec::new()
+            },
+        };
+        let count = |ranges: &[KeyRange]| -> Vec<u64> {
+            ranges
+                .iter()
+                .map(|r| (0..12_000).filter(|&i| r.contains(&key(i))).count() as u64)
+                .collect()
+        };
+        let parts = |marked: bool| -> Vec<(EntityKey, u64)> {
+            [block(0, marked), block(6_000, marked)]
+                .iter()
+                .flat_map(block_parts)
+                .collect()
+        };
+        // Without marks, 4 tasks can only be cut at the two block starts.
+        assert_eq!(count(&cut_equal(&parts(false), 4)), vec![6_000, 6_000]);
+        assert_eq!(
+            count(&cut_equal(&parts(true), 4)),
+            vec![3_000, 3_000, 3_000, 3_000]
+        );
     }
 }

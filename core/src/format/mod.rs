@@ -13,7 +13,7 @@ pub use block::{DecodedBlock, decode_block};
 pub use compress::Compression;
 pub use escape::is_xml_char;
 pub use packer::{
-    DEFAULT_BATCH_BYTES, DEFAULT_BLOCK_BYTES, Packer, PackerConfig, SealedBlock, hex,
+    DEFAULT_BATCH_BYTES, DEFAULT_BLOCK_BYTES, MARK_ENTITIES, Packer, PackerConfig, SealedBlock, hex,
 };
 
 /// The format version this build writes and reads.

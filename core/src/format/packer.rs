@@ -12,6 +12,7 @@ use super::Compression;
 use super::block::{write_batch, write_footer, write_header};
 use super::compress::{BlockEncoder, ZstdContext};
 use crate::keys::EntityKey;
+use crate::protocol::KeyMark;
 use tablevault_azure::table::{Entity, MAX_BATCH_OPERATIONS};
 
 /// Default uncompressed size at which a block is sealed (about 3.8 MiB).
@@ -62,9 +63,15 @@ pub struct SealedBlock {
     pub first_key: EntityKey,
     /// Key of the last entity.
     pub last_key: EntityKey,
+    /// Keys inside the block about every [`MARK_ENTITIES`] entities, at batch starts.
+    pub marks: Vec<KeyMark>,
     /// Lower-case hex SHA-256 of `data`.
     pub sha256: String,
 }
+
+/// Entities between two keys a block records for the next backup's planning
+/// ([`KeyMark`]): about a page, so a plan can cut ranges finer than blocks of thousands.
+pub const MARK_ENTITIES: usize = 1_000;
 
 /// Room kept for the `<End …/></Block>` footer when deciding whether a batch still fits.
 const FOOTER_RESERVE: usize = 96;
@@ -80,6 +87,7 @@ pub struct Packer {
     block_batches: usize,
     first_key: Option<EntityKey>,
     last_key: Option<EntityKey>,
+    marks: Vec<KeyMark>,
     batch: Vec<Entity>,
     batch_bytes: usize,
     scratch: String,
@@ -102,6 +110,7 @@ impl Packer {
             block_batches: 0,
             first_key: None,
             last_key: None,
+            marks: Vec::new(),
             batch: Vec::with_capacity(MAX_BATCH_OPERATIONS),
             batch_bytes: 0,
             scratch: String::new(),
@@ -166,9 +175,17 @@ impl Packer {
             .expect("a block is open")
             .write(xml.as_bytes());
         self.raw_len += xml.len();
+        let f = &self.batch[0];
         if self.first_key.is_none() {
-            let f = &self.batch[0];
             self.first_key = Some(EntityKey::new(&f.partition_key, &f.row_key));
+        } else {
+            let last_mark = self.marks.last().map_or(0, |m| m.before as usize);
+            if self.block_entities - last_mark >= MARK_ENTITIES {
+                self.marks.push(KeyMark {
+                    key: EntityKey::new(&f.partition_key, &f.row_key),
+                    before: self.block_entities as u64,
+                });
+            }
         }
         let l = self.batch.last().expect("batch is not empty");
         self.last_key = Some(EntityKey::new(&l.partition_key, &l.row_key));
@@ -206,6 +223,7 @@ impl Packer {
                 .last_key
                 .take()
                 .expect("a block with entities has a last key"),
+            marks: std::mem::take(&mut self.marks),
             sha256,
         };
         self.raw_len = 0;
@@ -247,6 +265,31 @@ mod tests {
         }
         out.extend(p.finish());
         out
+    }
+
+    #[test]
+    fn blocks_mark_a_key_about_every_thousand_entities() {
+        // Partitions of 37 make batches of odd sizes; small blocks seal every ~2,600.
+        let input = entities(200, 37, 10);
+        let mut config = PackerConfig::new("T", Compression::None);
+        config.block_bytes = 256 * 1024;
+        let blocks = pack(config, &input);
+        assert!(blocks.len() > 1);
+        let mut seen = 0usize;
+        for block in &blocks {
+            let mut before = 0u64;
+            for mark in &block.marks {
+                let gap = (mark.before - before) as usize;
+                assert!((MARK_ENTITIES..MARK_ENTITIES + 100).contains(&gap), "{gap}");
+                // The mark is the key of the entity that many into the block.
+                let at = &input[seen + mark.before as usize];
+                assert_eq!(mark.key, EntityKey::new(&at.partition_key, &at.row_key));
+                before = mark.before;
+            }
+            assert!(block.entities as u64 - before < (MARK_ENTITIES + 100) as u64);
+            seen += block.entities;
+        }
+        assert_eq!(seen, input.len());
     }
 
     #[test]

@@ -315,6 +315,20 @@ pub struct BlockRecord {
     pub first_key: EntityKey,
     /// Last entity's key.
     pub last_key: EntityKey,
+    /// Keys inside the block, about every [`crate::format::MARK_ENTITIES`] entities, with
+    /// how many come before each in the block: what the next backup plans equal ranges
+    /// from (a block holds thousands of entities). Absent in records of earlier versions.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub marks: Vec<KeyMark>,
+}
+
+/// A key inside a block and how many of the block's entities come before it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KeyMark {
+    /// The key (of the first entity of a batch).
+    pub key: EntityKey,
+    /// Entities of the block before it.
+    pub before: u64,
 }
 
 /// One data blob.

@@ -112,6 +112,7 @@ impl BlockWriter {
             sha256: block.sha256,
             first_key: block.first_key,
             last_key: block.last_key,
+            marks: block.marks,
         });
         self.offset += length;
         if self.blocks.len() == 1 {
