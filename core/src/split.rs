@@ -1179,18 +1179,19 @@ mod tests {
         Some((kept, given / (1 + split.pieces.len())))
     }
 
+    /// `n` entities in each of four key shapes, named.
+    fn four_shapes(n: u64) -> [(&'static str, Sorted); 4] {
+        [
+            ("guid", guid_partitions(n)),
+            ("sequential", sequential(n)),
+            ("giant", one_partition("tenant", n)),
+            ("guid rows", guid_rows(n)),
+        ]
+    }
+
     #[test]
     fn a_task_that_has_read_much_keeps_less_of_the_rest() {
-        let guid_table = guid_partitions(20_000);
-        let sequential = sequential(20_000);
-        let giant = one_partition("tenant", 20_000);
-        let guid_rows = guid_rows(20_000);
-        for (name, t) in [
-            ("guid", &guid_table),
-            ("sequential", &sequential),
-            ("giant", &giant),
-            ("guid rows", &guid_rows),
-        ] {
+        for (name, t) in &four_shapes(20_000) {
             // Early, midway, and after half of a range: both tasks end with about as
             // many entities, where halving the rest would leave the reader up to twice
             // as many. (Having read half, the reader still keeps a fifth of the rest.)
@@ -1354,16 +1355,7 @@ mod tests {
 
     #[test]
     fn idle_workers_get_the_rest_of_a_sized_range_in_pieces_that_hold_what_was_estimated() {
-        let guid_table = guid_partitions(20_000);
-        let sequential = sequential(20_000);
-        let giant = one_partition("tenant", 20_000);
-        let guid_rows = guid_rows(20_000);
-        for (name, t) in [
-            ("guid", &guid_table),
-            ("sequential", &sequential),
-            ("giant", &giant),
-            ("guid rows", &guid_rows),
-        ] {
+        for (name, t) in &four_shapes(20_000) {
             // A table's first task read its first page; the ceiling is known.
             let ceiling = run(find_split(t, &t.0[999], None, None, None, None, None, true))
                 .unwrap()
