@@ -703,11 +703,11 @@ pub const MAX_PIECES: u64 = 16;
 
 /// How to cut a remainder estimated at `rest` entities, after `read` were read, into
 /// several tasks for idle workers: the splitting task keeps about one piece's worth
-/// (what it read included, and at least [`MIN_SHARE`] of a piece), the rest becomes
-/// equal pieces of at least [`PIECE_ENTITIES`] and at least what was read,
-/// [`MAX_PIECES`] tasks at most. Returns
-/// the shares of the remainder where the pieces start, and each piece's estimate;
-/// `None` when fewer than two pieces fit (then one cut in two, [`balanced_share`]).
+/// (what it read included, and at least a fifth of a piece), the rest becomes equal
+/// pieces of at least [`PIECE_ENTITIES`] and at least what was read, [`MAX_PIECES`]
+/// tasks at most. Returns the shares of the remainder where the pieces start, and each
+/// piece's estimate; `None` when fewer than two pieces fit (then one cut in two,
+/// [`balanced_share`]).
 ///
 /// One cut in two, repeated as each idle worker asks, ends with the splitter's task
 /// near half of what it started with and the last pieces a few thousand entities:
