@@ -196,27 +196,20 @@ fn rank(u: u16) -> u64 {
 fn local_alphabet(tails: &[&[u16]], high: &[u16]) -> Vec<u16> {
     let mut set = std::collections::BTreeSet::new();
     let range = |a: u8, b: u8| (a as u16)..=(b as u16);
-    let hex = |lower: bool| {
-        tails.iter().flat_map(|t| t.iter()).any(|&u| {
-            if lower {
-                (0x61..=0x66).contains(&u)
-            } else {
-                (0x41..=0x46).contains(&u)
-            }
-        })
-    };
     let mut units: Vec<u16> = tails.iter().flat_map(|t| t.iter().copied()).collect();
-    for &u in high {
-        match u {
-            0x67 if hex(true) && !units.iter().any(|v| (0x67..=0x7A).contains(v)) => {
-                set.insert(u);
-            }
-            0x47 if hex(false) && !units.iter().any(|v| (0x47..=0x5A).contains(v)) => {
-                set.insert(u);
-            }
-            _ => units.push(u),
-        }
-    }
+    let uses = |class: std::ops::RangeInclusive<u16>| units.iter().any(|u| class.contains(u));
+    // `g` (`G`) above hex digits the other tails use, and no letter past `f` (`F`).
+    let sentinels: Vec<u16> = high
+        .iter()
+        .copied()
+        .filter(|&u| match u {
+            0x67 => uses(0x61..=0x66) && !uses(0x67..=0x7A),
+            0x47 => uses(0x41..=0x46) && !uses(0x47..=0x5A),
+            _ => false,
+        })
+        .collect();
+    set.extend(sentinels.iter().copied());
+    units.extend(high.iter().copied().filter(|u| !sentinels.contains(u)));
     for u in units {
         match u {
             0x30..=0x39 => set.extend(range(b'0', b'9')),
@@ -670,18 +663,36 @@ fn remainder_estimate(read: u64, read_span: f64, rest_span: f64) -> Option<f64> 
     (read_span > 0.0 && rest_span.is_finite()).then(|| read as f64 * rest_span / read_span)
 }
 
+/// Where to cut a remainder, and what is known of its size.
+struct CutShare {
+    /// The share of the remainder the splitter keeps.
+    share: f64,
+    /// Entities the remainder is estimated to hold, when the density read says.
+    rest: Option<f64>,
+}
+
+impl CutShare {
+    /// Entities the upper part is estimated to hold.
+    fn upper(&self) -> Option<u64> {
+        self.rest.map(|r| (r * (1.0 - self.share)).round() as u64)
+    }
+}
+
 /// The share of the remainder to cut at ([`balanced_share`]) when `read` entities were
 /// read from `from` up to `reached` in a dimension bounded by `hi` (a half when nothing
-/// is known), and the entities the upper part is estimated to hold. With `outweigh` (a
-/// waiting task's estimate), `None` unless the remainder is estimated at twice that.
+/// is known), and the remainder's estimated size. With `outweigh` (a waiting task's
+/// estimate), `None` unless the remainder is estimated at twice that.
 fn cut_share(
     read: Option<(&str, u64)>,
     hi: Option<&str>,
     reached: &str,
     outweigh: Option<u64>,
-) -> Option<(f64, Option<u64>)> {
+) -> Option<CutShare> {
     let Some((from, entities)) = read else {
-        return outweigh.is_none().then_some((0.5, None));
+        return outweigh.is_none().then_some(CutShare {
+            share: 0.5,
+            rest: None,
+        });
     };
     let at = fraction(from, hi, reached);
     let rest = remainder_estimate(entities, at, 1.0 - at);
@@ -689,7 +700,7 @@ fn cut_share(
         return None;
     }
     let share = balanced_share(entities, at, 1.0 - at)?;
-    Some((share, rest.map(|r| (r * (1.0 - share)).round() as u64)))
+    Some(CutShare { share, rest })
 }
 
 /// Entities a piece handed to idle workers is cut to, at least: about what a tail
@@ -795,7 +806,7 @@ pub struct Split {
 ///
 /// Where partitions are not paced, in a planned range (`read.planned`), with no task
 /// waiting (`outweigh` is `None`), both bounds and the density known, and the density
-/// not mostly the partition being read, a remainder holding several pieces' worth is
+/// not mostly one large partition, a remainder holding several pieces' worth is
 /// cut into pieces of one size at once ([`fan_out_shares`], [`Split::pieces`]), all placed by
 /// value. Where they are paced, the pieces made the ramp of a large fleet overshoot the
 /// account (simulated first backups at 64 workers: 84.6-88.1% of the account with
@@ -859,8 +870,7 @@ pub async fn find_split(
             let read_from = read
                 .filter(|r| r.first.pk != next.pk)
                 .map(|r| (r.first.pk.as_str(), r.entities));
-            let Some((share, upper)) = cut_share(read_from, hi.as_deref(), &next.pk, outweigh)
-            else {
+            let Some(cut) = cut_share(read_from, hi.as_deref(), &next.pk, outweigh) else {
                 return Ok(None);
             };
             // Pieces are cut by the density read: not when most of it is one large
@@ -869,23 +879,27 @@ pub async fn find_split(
             let skewed = read.is_some_and(|r| {
                 r.largest_partition >= LARGE_PARTITION_READ && 2 * r.largest_partition > r.entities
             });
-            if let Some((points, size)) = fan_out(
-                read_from,
-                hi.as_deref(),
-                &next.pk,
-                outweigh,
-                unpaced && !skewed && read.is_some_and(|r| r.planned),
-            ) {
+            let allowed = unpaced && !skewed && read.is_some_and(|r| r.planned);
+            if let Some((points, size)) = fan_out(read_from, &cut, &next.pk, hi.as_deref())
+                .filter(|_| allowed && outweigh.is_none())
+            {
                 estimate = Some(size);
                 let mut points = points.into_iter().map(EntityKey::partition_start);
                 let at = points.next().expect("fan_out gives at least two points");
                 pieces = points.collect();
                 at
             } else {
-                estimate = upper;
-                let pk = cut_value(&mut p, &across, &next.pk, hi, share, read_from.is_some())
-                    .await?
-                    .unwrap_or(next.pk);
+                estimate = cut.upper();
+                let pk = cut_value(
+                    &mut p,
+                    &across,
+                    &next.pk,
+                    hi,
+                    cut.share,
+                    read_from.is_some(),
+                )
+                .await?
+                .unwrap_or(next.pk);
                 EntityKey::partition_start(pk)
             }
         }
@@ -934,26 +948,30 @@ pub async fn find_split(
                     r.partition.map(|p| (p.first_rk, p.entities))
                 }
             });
-            let Some((share, upper)) = cut_share(read_from, hi.as_deref(), &after.rk, outweigh)
-            else {
+            let Some(cut) = cut_share(read_from, hi.as_deref(), &after.rk, outweigh) else {
                 return Ok(None);
             };
-            let pieces_allowed = read.is_some_and(|r| r.planned);
-            if let Some((points, size)) = fan_out(
-                read_from,
-                hi.as_deref(),
-                &after.rk,
-                outweigh,
-                pieces_allowed,
-            ) {
+            let allowed = read.is_some_and(|r| r.planned);
+            if let Some((points, size)) = fan_out(read_from, &cut, &after.rk, hi.as_deref())
+                .filter(|_| allowed && outweigh.is_none())
+            {
                 estimate = Some(size);
                 let mut points = points.into_iter().map(|rk| EntityKey::new(&after.pk, rk));
                 let at = points.next().expect("fan_out gives at least two points");
                 pieces = points.collect();
                 at
             } else {
-                estimate = upper;
-                match cut_value(&mut p, &inside, &after.rk, hi, share, read_from.is_some()).await? {
+                estimate = cut.upper();
+                match cut_value(
+                    &mut p,
+                    &inside,
+                    &after.rk,
+                    hi,
+                    cut.share,
+                    read_from.is_some(),
+                )
+                .await?
+                {
                     Some(rk) => EntityKey::new(&after.pk, rk),
                     None => return Ok(None),
                 }
@@ -972,24 +990,17 @@ pub async fn find_split(
     }))
 }
 
-/// When `allowed`, with no task waiting, both bounds of the remainder `[reached, hi)`
-/// known and the density read from `read_from`, the points where its pieces for idle
-/// workers start ([`fan_out_shares`]), and each piece's estimate.
+/// With both bounds of the remainder `[reached, hi)` known and its size estimated from
+/// what `read_from` read (`cut`), the points where its pieces for idle workers start
+/// ([`fan_out_shares`]), and each piece's estimate.
 fn fan_out(
     read_from: Option<(&str, u64)>,
-    hi: Option<&str>,
+    cut: &CutShare,
     reached: &str,
-    outweigh: Option<u64>,
-    allowed: bool,
+    hi: Option<&str>,
 ) -> Option<(Vec<String>, u64)> {
-    let ((from, entities), hi) = (read_from?, hi?);
-    if outweigh.is_some() || !allowed {
-        return None;
-    }
-    let at = fraction(from, Some(hi), reached);
-    let rest = remainder_estimate(entities, at, 1.0 - at)?;
-    let (shares, size) = fan_out_shares(entities, rest)?;
-    Some((fan_out_points(reached, hi, &shares)?, size))
+    let (shares, size) = fan_out_shares(read_from?.1, cut.rest?)?;
+    Some((fan_out_points(reached, hi?, &shares)?, size))
 }
 
 #[cfg(test)]
@@ -1155,13 +1166,7 @@ mod tests {
         i: usize,
         end: Option<&EntityKey>,
     ) -> Option<(usize, usize)> {
-        let read = ReadSoFar {
-            first: &t.0[from],
-            entities: (i + 1 - from) as u64,
-            partition: None,
-            largest_partition: 0,
-            planned: true,
-        };
+        let read = plain_read(&t.0[from], (i + 1 - from) as u64);
         let split = run(find_split(
             t,
             &t.0[i],
@@ -1177,6 +1182,17 @@ mod tests {
         let kept = t.0[from..].iter().filter(|k| **k < split.at).count();
         let given = t.0.iter().filter(|k| **k >= split.at && upto(k)).count();
         Some((kept, given / (1 + split.pieces.len())))
+    }
+
+    /// What a planned range read: `entities` from `first`, nothing known of partitions.
+    fn plain_read(first: &EntityKey, entities: u64) -> ReadSoFar<'_> {
+        ReadSoFar {
+            first,
+            entities,
+            partition: None,
+            largest_partition: 0,
+            planned: true,
+        }
     }
 
     /// `n` entities in each of four key shapes, named.
@@ -1361,13 +1377,7 @@ mod tests {
                 .unwrap()
                 .unwrap()
                 .ceiling;
-            let read = ReadSoFar {
-                first: &t.0[0],
-                entities: 1_000,
-                partition: None,
-                largest_partition: 0,
-                planned: true,
-            };
+            let read = plain_read(&t.0[0], 1_000);
             let split_for = |outweigh| {
                 run(find_split(
                     t,
@@ -1445,13 +1455,7 @@ mod tests {
             // scan has fetched the page holding the next partition.
             let (from, i, end) = (2_000, 4_999, t.0[16_000].clone());
             let next = t.0[i + 1..].iter().find(|k| k.pk != t.0[i].pk).unwrap();
-            let read = ReadSoFar {
-                first: &t.0[from],
-                entities: (i + 1 - from) as u64,
-                partition: None,
-                largest_partition: 0,
-                planned: true,
-            };
+            let read = plain_read(&t.0[from], (i + 1 - from) as u64);
             let split = run(find_split(
                 t,
                 &t.0[i],
@@ -1513,13 +1517,7 @@ mod tests {
         // later partition follows; with neither, a probe asks.
         let giant = one_partition("tenant", 20_000);
         let end = giant.0[16_000].clone();
-        let read = ReadSoFar {
-            first: &giant.0[0],
-            entities: 5_000,
-            partition: None,
-            largest_partition: 0,
-            planned: true,
-        };
+        let read = plain_read(&giant.0[0], 5_000);
         let split_with = |end: Option<&EntityKey>, ceiling: Option<&EntityKey>| {
             run(find_split(
                 &giant,
@@ -1553,13 +1551,7 @@ mod tests {
             .collect();
         let t = Sorted::new(keys);
         let end = EntityKey::partition_start("z");
-        let read = ReadSoFar {
-            first: &t.0[0],
-            entities: 1_000,
-            partition: None,
-            largest_partition: 0,
-            planned: true,
-        };
+        let read = plain_read(&t.0[0], 1_000);
         let first = run(find_split(
             &t,
             &t.0[999],
@@ -1599,13 +1591,7 @@ mod tests {
         // Read keys 0..2,000; about 10,000 are left before the end.
         let (i, end) = (1_999, t.0[12_000].clone());
         let next = t.0[i + 1..].iter().find(|k| k.pk != t.0[i].pk).unwrap();
-        let read = ReadSoFar {
-            first: &t.0[0],
-            entities: 2_000,
-            partition: None,
-            largest_partition: 0,
-            planned: true,
-        };
+        let read = plain_read(&t.0[0], 2_000);
         let split = |outweigh| {
             run(find_split(
                 &t,

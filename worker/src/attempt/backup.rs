@@ -239,20 +239,14 @@ impl BackupAttempt<'_> {
         };
         // The upper part, as one task or as pieces, top piece last.
         let starts: Vec<&EntityKey> = std::iter::once(&split.at).chain(&split.pieces).collect();
-        let ranges: Vec<KeyRange> = starts
+        let messages: Vec<(PlannedTask, TaskMessage)> = starts
             .iter()
             .enumerate()
             .map(|(i, start)| {
-                let end = starts.get(i + 1).copied().or(end);
-                KeyRange::new(Some((*start).clone()), end.cloned())
-            })
-            .collect();
-        let messages: Vec<(PlannedTask, TaskMessage)> = ranges
-            .into_iter()
-            .enumerate()
-            .map(|(i, range)| {
+                let above = starts.get(i + 1).copied();
+                let range = KeyRange::new(Some((*start).clone()), above.or(end).cloned());
                 let task = split_task_id(self.table, &range);
-                let top = i + 1 == starts.len();
+                let top = above.is_none();
                 let message = TaskMessage {
                     v: PROTOCOL_VERSION,
                     container: splitting.container.to_string(),
