@@ -1,0 +1,333 @@
+//! Asking the table where keys are: one `$top=1` question ([`Probe`]) at a time, through
+//! the [`KeyProbe`] seam, and the searches built from them (a ceiling no key reaches, a
+//! bisection by value), bounded by [`MAX_PROBES`] per split.
+
+use std::cmp::Ordering;
+
+use async_trait::async_trait;
+use tablevault_azure::table::{Cmp, Filter};
+
+use super::scale::{bump, point_at, point_below};
+use crate::keys::{EntityKey, cmp_keys};
+
+/// One `$top=1` question about a table: the first key matching it, in key order.
+#[derive(Debug, Clone, Copy)]
+pub enum Probe<'a> {
+    /// The first key of a later partition than `after`, before `end`.
+    NextPartition {
+        /// The partition to look past.
+        after: &'a str,
+        /// Exclusive end.
+        end: Option<&'a EntityKey>,
+    },
+    /// The first key whose PartitionKey is at or above `from`, before `end`.
+    Partition {
+        /// Lowest PartitionKey.
+        from: &'a str,
+        /// Exclusive end.
+        end: Option<&'a EntityKey>,
+    },
+    /// The first key of `partition` whose RowKey is at or above `from` (above it when
+    /// `exclusive`) and below `below`.
+    Row {
+        /// The partition.
+        partition: &'a str,
+        /// Lowest RowKey.
+        from: &'a str,
+        /// Whether `from` itself is excluded.
+        exclusive: bool,
+        /// Exclusive upper RowKey.
+        below: Option<&'a str>,
+    },
+}
+
+impl Probe<'_> {
+    /// The `$filter` asking it. The service's answer can still lie past an end that
+    /// stops inside a partition; [`Probe::matches`] decides.
+    pub fn filter(&self) -> Filter {
+        let end_pk = |end: Option<&EntityKey>| {
+            end.map(|e| {
+                let op = if e.rk.is_empty() { Cmp::Lt } else { Cmp::Le };
+                Filter::partition_key(op, &e.pk)
+            })
+        };
+        let parts: Vec<Filter> = match *self {
+            Probe::NextPartition { after, end } => {
+                std::iter::once(Filter::partition_key(Cmp::Gt, after))
+                    .chain(end_pk(end))
+                    .collect()
+            }
+            Probe::Partition { from, end } => std::iter::once(Filter::partition_key(Cmp::Ge, from))
+                .chain(end_pk(end))
+                .collect(),
+            Probe::Row {
+                partition,
+                from,
+                exclusive,
+                below,
+            } => [
+                Some(Filter::partition_key(Cmp::Eq, partition)),
+                Some(Filter::row_key(
+                    if exclusive { Cmp::Gt } else { Cmp::Ge },
+                    from,
+                )),
+                below.map(|b| Filter::row_key(Cmp::Lt, b)),
+            ]
+            .into_iter()
+            .flatten()
+            .collect(),
+        };
+        Filter::all(parts).expect("every probe has a lower bound")
+    }
+
+    /// Whether a key answers it.
+    pub fn matches(&self, k: &EntityKey) -> bool {
+        match *self {
+            Probe::NextPartition { after, end } => {
+                cmp_keys(&k.pk, after).is_gt() && end.is_none_or(|e| k < e)
+            }
+            Probe::Partition { from, end } => {
+                cmp_keys(&k.pk, from).is_ge() && end.is_none_or(|e| k < e)
+            }
+            Probe::Row {
+                partition,
+                from,
+                exclusive,
+                below,
+            } => {
+                k.pk == partition
+                    && if exclusive {
+                        cmp_keys(&k.rk, from).is_gt()
+                    } else {
+                        cmp_keys(&k.rk, from).is_ge()
+                    }
+                    && below.is_none_or(|b| cmp_keys(&k.rk, b).is_lt())
+            }
+        }
+    }
+}
+
+/// Answers [`Probe`]s: the Table service in production, a sorted list in tests.
+#[async_trait]
+pub trait KeyProbe: Send + Sync {
+    /// The first key answering the probe.
+    async fn first_key(&self, probe: Probe<'_>) -> tablevault_azure::Result<Option<EntityKey>>;
+}
+
+/// A table to probe.
+pub struct TableProbe<'a> {
+    /// The client.
+    pub client: &'a tablevault_azure::table::TableClient,
+    /// The table.
+    pub table: &'a str,
+}
+
+#[async_trait]
+impl KeyProbe for TableProbe<'_> {
+    async fn first_key(&self, probe: Probe<'_>) -> tablevault_azure::Result<Option<EntityKey>> {
+        let query = tablevault_azure::table::Query {
+            filter: Some(probe.filter()),
+            top: Some(1),
+        };
+        // Empty pages with a continuation are normal; the paginator follows them.
+        Ok(self
+            .client
+            .pages(self.table, query)
+            .first_entity()
+            .await?
+            .map(|e| EntityKey::new(e.partition_key, e.row_key))
+            .filter(|k| probe.matches(k)))
+    }
+}
+
+/// Most probes one split may send.
+pub const MAX_PROBES: usize = 24;
+
+/// One dimension to cut in: PartitionKeys (across partitions) or RowKeys (inside one).
+pub(super) enum Dimension<'a> {
+    Partitions {
+        end: Option<&'a EntityKey>,
+    },
+    Rows {
+        partition: &'a str,
+        below: Option<&'a str>,
+    },
+}
+
+/// Probes and counts them.
+pub(super) struct Prober<'a> {
+    pub(super) probe: &'a dyn KeyProbe,
+    pub(super) sent: usize,
+}
+
+impl Prober<'_> {
+    pub(super) async fn ask(
+        &mut self,
+        probe: Probe<'_>,
+    ) -> tablevault_azure::Result<Option<EntityKey>> {
+        self.sent += 1;
+        self.probe.first_key(probe).await
+    }
+
+    /// The first value of the dimension at or above `from` within its bound.
+    async fn first_at(
+        &mut self,
+        dim: &Dimension<'_>,
+        from: &str,
+    ) -> tablevault_azure::Result<Option<String>> {
+        Ok(match *dim {
+            Dimension::Partitions { end } => self
+                .ask(Probe::Partition { from, end })
+                .await?
+                .map(|k| k.pk),
+            Dimension::Rows { partition, below } => self
+                .ask(Probe::Row {
+                    partition,
+                    from,
+                    exclusive: false,
+                    below,
+                })
+                .await?
+                .map(|k| k.rk),
+        })
+    }
+
+    /// Whether some value of the dimension is at or above `bump(units, pos, steps)`;
+    /// also returns that candidate. No candidate (the top of the key space) is never
+    /// reached.
+    async fn reaches(
+        &mut self,
+        dim: &Dimension<'_>,
+        units: &[u16],
+        pos: usize,
+        steps: usize,
+    ) -> tablevault_azure::Result<(Option<String>, bool)> {
+        match bump(units, pos, steps) {
+            None => Ok((None, false)),
+            Some(c) => {
+                let hit = self.first_at(dim, &c).await?.is_some();
+                Ok((Some(c), hit))
+            }
+        }
+    }
+}
+
+/// Searches a dimension for a value no key reaches, just above the keys that exist
+/// (`lo` is one of them): first the shortest prefix of `lo` whose successor some key
+/// reaches (bisecting on the prefix length), then, at that position, how far up the
+/// alphabet keys go (galloping, then bisecting). `None` when nothing tighter than the top
+/// of the key space was found within the budget.
+pub(super) async fn find_ceiling(
+    p: &mut Prober<'_>,
+    dim: &Dimension<'_>,
+    lo: &str,
+) -> tablevault_azure::Result<Option<String>> {
+    let units: Vec<u16> = lo.encode_utf16().collect();
+    if units.is_empty() {
+        return Ok(None);
+    }
+    // Candidates shrink as the position grows, so "reached" is false up to some
+    // position and true from there on.
+    let (first, hit) = p.reaches(dim, &units, 0, 1).await?;
+    let mut coarse = None;
+    let pos = if hit {
+        0
+    } else {
+        let (mut ok, mut ceiling) = (0usize, first);
+        let mut reached_at = units.len();
+        while reached_at - ok > 1 && p.sent < MAX_PROBES {
+            let mid = (ok + reached_at) / 2;
+            let (c, hit) = p.reaches(dim, &units, mid, 1).await?;
+            if hit {
+                reached_at = mid;
+            } else {
+                ok = mid;
+                ceiling = c.or(ceiling);
+            }
+        }
+        if reached_at >= units.len() || reached_at - ok > 1 {
+            return Ok(ceiling);
+        }
+        coarse = ceiling;
+        reached_at
+    };
+    // Keys vary at `pos`: gallop up the alphabet there until no key is reached.
+    let mut steps = 2usize;
+    let mut last_hit = 1usize;
+    while p.sent < MAX_PROBES {
+        let (c, hit) = p.reaches(dim, &units, pos, steps).await?;
+        let Some(c) = c else { return Ok(coarse) };
+        if hit {
+            last_hit = steps;
+            steps *= 2;
+            continue;
+        }
+        // Tighten between the last step reached and this one.
+        let (mut hit_at, mut miss_at, mut ceiling) = (last_hit, steps, c);
+        while miss_at - hit_at > 1 && p.sent < MAX_PROBES {
+            let mid = (hit_at + miss_at) / 2;
+            match p.reaches(dim, &units, pos, mid).await? {
+                (Some(_), true) => hit_at = mid,
+                (Some(c), false) => {
+                    miss_at = mid;
+                    ceiling = c;
+                }
+                (None, _) => break,
+            }
+        }
+        return Ok(Some(ceiling));
+    }
+    Ok(coarse)
+}
+
+/// Bisects a dimension by value between `lo` and `hi` (both exclusive), returning the
+/// first value found at or above a point (the first `share` of the way, then
+/// midpoints). `None` when every probe came back empty.
+async fn bisect(
+    p: &mut Prober<'_>,
+    dim: &Dimension<'_>,
+    lo: &str,
+    mut hi: Option<String>,
+    share: f64,
+) -> tablevault_azure::Result<Option<String>> {
+    let mut share = share;
+    while p.sent < MAX_PROBES {
+        // The first probe goes where the caller wants the cut; when nothing lies at or
+        // above it, the keys are lower, and halving finds them.
+        let mid = point_at(lo, hi.as_deref(), share);
+        share = 0.5;
+        if hi
+            .as_deref()
+            .is_some_and(|h| cmp_keys(&mid, h) != Ordering::Less)
+        {
+            return Ok(None);
+        }
+        match p.first_at(dim, &mid).await? {
+            Some(found) if cmp_keys(&found, lo).is_gt() => return Ok(Some(found)),
+            _ => hi = Some(mid),
+        }
+    }
+    Ok(None)
+}
+
+/// Where to cut a dimension between `lo` and `hi` a `share` of the way: at that value
+/// itself when the density read is known (`by_value`) and it lies strictly between
+/// the bounds (the key at it would divide the entities the same way), else at the
+/// first value probes find there ([`bisect`]).
+pub(super) async fn cut_value(
+    p: &mut Prober<'_>,
+    dim: &Dimension<'_>,
+    lo: &str,
+    hi: Option<String>,
+    share: f64,
+    by_value: bool,
+) -> tablevault_azure::Result<Option<String>> {
+    if let Some(at) = hi
+        .as_deref()
+        .filter(|_| by_value)
+        .and_then(|h| point_below(lo, h, share))
+    {
+        return Ok(Some(at));
+    }
+    bisect(p, dim, lo, hi, share).await
+}

@@ -1,0 +1,264 @@
+//! Key arithmetic for cutting by value: strings read as numbers in the rank space of the
+//! alphabet their bounds are written in, so a share of the way between two keys is a
+//! string, and a string is a share of the way. Pure functions; only their results'
+//! order against real keys matters, and callers check it.
+
+use crate::keys::cmp_keys;
+
+/// Code units a probe position is made of, in key order: printable ASCII (less the four
+/// characters keys cannot hold), then anchors spread over the rest of the BMP. Most keys
+/// are ASCII, so bisecting over this dense alphabet converges in a few probes where
+/// bisecting raw 16-bit code units would spend most probes far above every key.
+fn alphabet() -> &'static [u16] {
+    static ALPHABET: std::sync::OnceLock<Vec<u16>> = std::sync::OnceLock::new();
+    ALPHABET.get_or_init(|| {
+        let mut a: Vec<u16> = (0x20u16..=0x7E)
+            .filter(|c| !matches!(c, 0x23 | 0x2F | 0x3F | 0x5C))
+            .collect();
+        a.extend([
+            0xA0, 0x100, 0x400, 0x800, 0x1000, 0x2000, 0x3000, 0x4E00, 0x6000, 0x8000, 0xA000,
+            0xAC00, 0xE000, 0xF000, 0xFFFD,
+        ]);
+        a
+    })
+}
+
+/// Index of the largest unit of `alphabet` at or below `u`.
+fn rank_in(alphabet: &[u16], u: u16) -> u64 {
+    alphabet.partition_point(|&a| a <= u).saturating_sub(1) as u64
+}
+
+/// Index of the largest [`alphabet`] unit at or below `u`.
+fn rank(u: u16) -> u64 {
+    rank_in(alphabet(), u)
+}
+
+/// The alphabet the differing tails of two bounds are written in: the character classes
+/// their units belong to (digits, hex letters, letters, each punctuation mark, the
+/// non-ASCII anchors). Keys are usually drawn from such a class (hex digests, numbers,
+/// names), and bisecting in its rank space keeps halves even where the global alphabet
+/// has gaps no key uses (between `9` and `a` in hex, say).
+///
+/// A unit of the upper bound's tail (`high`) just above a class the other tails use
+/// (`g` above hex digits, `G` above upper-case ones) adds only itself: it is a ceiling
+/// found just above hex keys, and counting every letter up to `z` below it would make
+/// the hex space look two and a quarter times as wide as it is.
+fn local_alphabet(tails: &[&[u16]], high: &[u16]) -> Vec<u16> {
+    let mut set = std::collections::BTreeSet::new();
+    let range = |a: u8, b: u8| (a as u16)..=(b as u16);
+    let mut units: Vec<u16> = tails.iter().flat_map(|t| t.iter().copied()).collect();
+    let uses = |class: std::ops::RangeInclusive<u16>| units.iter().any(|u| class.contains(u));
+    // `g` (`G`) above hex digits the other tails use, and no letter past `f` (`F`).
+    let sentinels: Vec<u16> = high
+        .iter()
+        .copied()
+        .filter(|&u| match u {
+            0x67 => uses(0x61..=0x66) && !uses(0x67..=0x7A),
+            0x47 => uses(0x41..=0x46) && !uses(0x47..=0x5A),
+            _ => false,
+        })
+        .collect();
+    set.extend(sentinels.iter().copied());
+    units.extend(high.iter().copied().filter(|u| !sentinels.contains(u)));
+    for u in units {
+        match u {
+            0x30..=0x39 => set.extend(range(b'0', b'9')),
+            0x61..=0x66 => set.extend(range(b'a', b'f')),
+            0x67..=0x7A => set.extend(range(b'a', b'z')),
+            0x41..=0x46 => set.extend(range(b'A', b'F')),
+            0x47..=0x5A => set.extend(range(b'A', b'Z')),
+            0x20..=0x7E => {
+                set.insert(u);
+            }
+            _ => set.extend(alphabet().iter().copied().filter(|&a| a >= 0xA0)),
+        }
+    }
+    set.into_iter().collect()
+}
+
+const DIGITS: usize = 4;
+
+/// A string between `lo` and `hi` (or the top of the key space), by key value: the common
+/// prefix, then the midpoint of the next four positions in the rank space of the
+/// alphabet the bounds use (their character classes; a dense alphabet of printable ASCII and BMP anchors without `hi`).
+/// Only used as a probe position, so it need not be a key anyone stored; it is always
+/// legal and always above `lo`.
+pub fn midpoint(lo: &str, hi: Option<&str>) -> String {
+    point_at(lo, hi, 0.5)
+}
+
+/// The number space [`point_at`] and [`fraction`] work in between two bounds: their
+/// common prefix dropped, then `places` units read as digits of the alphabet the
+/// bounds' tails use (their character classes; the dense alphabet without `hi`).
+/// Digit 0 means "no character".
+struct Scale {
+    lo: Vec<u16>,
+    common: usize,
+    alpha: std::borrow::Cow<'static, [u16]>,
+    places: usize,
+    /// The value of `hi`, or the top of the space.
+    high: u64,
+}
+
+impl Scale {
+    /// `also`: keys known to lie between the bounds, whose tails' classes count too.
+    fn new(lo: &str, hi: Option<&str>, places: usize, also: &[&str]) -> Self {
+        let a: Vec<u16> = lo.encode_utf16().collect();
+        let b: Option<Vec<u16>> = hi.map(|h| h.encode_utf16().collect());
+        let common = b
+            .as_ref()
+            .map_or(0, |b| a.iter().zip(b).take_while(|(x, y)| x == y).count());
+        let alpha = match &b {
+            Some(b) => {
+                let tail = |v: &[u16]| v[common..].iter().take(places).copied().collect::<Vec<_>>();
+                let also: Vec<Vec<u16>> = also
+                    .iter()
+                    .map(|k| k.encode_utf16().collect::<Vec<u16>>())
+                    .filter(|k| k.len() >= common)
+                    .map(|k| tail(&k))
+                    .collect();
+                let mut tails: Vec<&[u16]> = also.iter().map(Vec::as_slice).collect();
+                let lo_tail = tail(&a);
+                tails.push(&lo_tail);
+                let local = local_alphabet(&tails, &tail(b));
+                if local.is_empty() {
+                    std::borrow::Cow::Borrowed(alphabet())
+                } else {
+                    std::borrow::Cow::Owned(local)
+                }
+            }
+            None => std::borrow::Cow::Borrowed(alphabet()),
+        };
+        let mut scale = Scale {
+            lo: a,
+            common,
+            alpha,
+            places,
+            high: 0,
+        };
+        scale.high = match &b {
+            Some(b) => scale.value(b),
+            None => scale.base().pow(places as u32) - 1,
+        };
+        scale
+    }
+
+    fn base(&self) -> u64 {
+        self.alpha.len() as u64 + 1
+    }
+
+    /// The value of the `places` units after the common prefix.
+    fn value(&self, v: &[u16]) -> u64 {
+        let base = self.base();
+        (0..self.places).fold(0u64, |acc, i| {
+            acc * base
+                + v.get(self.common + i)
+                    .map_or(0, |&u| rank_in(&self.alpha, u) + 1)
+        })
+    }
+
+    fn low(&self) -> u64 {
+        self.value(&self.lo)
+    }
+}
+
+/// Like [`midpoint`], but the point a fraction `share` (0 to 1) of the way from `lo` to
+/// `hi`.
+pub fn point_at(lo: &str, hi: Option<&str>, share: f64) -> String {
+    let scale = Scale::new(lo, hi, DIGITS, &[]);
+    let (low, high, base) = (scale.low(), scale.high, scale.base());
+    let share = if share.is_finite() {
+        share.clamp(0.0, 1.0)
+    } else {
+        0.5
+    };
+    let mut mid = low + (high.saturating_sub(low) as f64 * share) as u64;
+    let mut tail = Vec::with_capacity(DIGITS);
+    for _ in 0..DIGITS {
+        tail.push(mid % base);
+        mid /= base;
+    }
+    tail.reverse();
+    let mut units: Vec<u16> = scale.lo[..scale.common].to_vec();
+    for d in tail {
+        // Digit 0 ("no character") can only be followed by more zeros in a valid
+        // midpoint; stop there.
+        if d == 0 {
+            break;
+        }
+        units.push(scale.alpha[(d - 1) as usize]);
+    }
+    let m = String::from_utf16_lossy(&units);
+    // Ranks are floors, so between two anchors the midpoint can land at or below `lo`;
+    // the smallest step above `lo` is still a useful probe.
+    if cmp_keys(&m, lo).is_le() {
+        format!("{lo} ")
+    } else {
+        m
+    }
+}
+
+/// Where `key` lies between `lo` (0) and `hi` (1; `None` is the top of the key space),
+/// in the space [`point_at`] cuts in, read to more places. Keys outside are clamped.
+pub fn fraction(lo: &str, hi: Option<&str>, key: &str) -> f64 {
+    // Seven places of a ~100-letter alphabet stay within a u64 and an f64's exact
+    // integers.
+    let scale = Scale::new(lo, hi, 7, &[key]);
+    let k: Vec<u16> = key.encode_utf16().collect();
+    let prefix = &scale.lo[..scale.common];
+    if !k.starts_with(prefix) {
+        return if cmp_keys(key, lo).is_le() { 0.0 } else { 1.0 };
+    }
+    let (low, high) = (scale.low(), scale.high);
+    if high <= low {
+        return 1.0;
+    }
+    let v = scale.value(&k);
+    (v.saturating_sub(low) as f64 / (high - low) as f64).clamp(0.0, 1.0)
+}
+
+/// Adds `amount` units at position `pos` of `s`, read as a number in the dense alphabet's rank
+/// space, carrying leftwards. `None` when the result passes the top of the key space.
+pub fn increment(s: &str, pos: usize, amount: u64) -> Option<String> {
+    let units: Vec<u16> = s.encode_utf16().collect();
+    let base = alphabet().len() as u64 + 1;
+    let mut digits: Vec<u64> = (0..=pos)
+        .map(|i| units.get(i).map_or(0, |&u| rank(u) + 1))
+        .collect();
+    let mut carry = amount;
+    for d in digits.iter_mut().rev() {
+        let v = *d + carry;
+        *d = v % base;
+        carry = v / base;
+        if carry == 0 {
+            break;
+        }
+    }
+    if carry > 0 {
+        return None;
+    }
+    // Digit 0 is "no character"; after a carry it can only appear where nothing follows.
+    let out: Vec<u16> = digits
+        .iter()
+        .map(|&d| alphabet()[d.saturating_sub(1) as usize])
+        .collect();
+    Some(String::from_utf16_lossy(&out))
+}
+
+/// `s` cut after position `pos`, with the unit there raised `steps` places in the
+/// alphabet: a value above every string that starts with `s[..=pos]`. `None` when no
+/// alphabet unit lies that far above (the top of the key space).
+pub(super) fn bump(s: &[u16], pos: usize, steps: usize) -> Option<String> {
+    let u = *s.get(pos)?;
+    let above = alphabet().partition_point(|&a| a <= u);
+    let next = *alphabet().get(above + steps.saturating_sub(1))?;
+    let mut out = s[..pos].to_vec();
+    out.push(next);
+    Some(String::from_utf16_lossy(&out))
+}
+
+/// The point a `share` of the way from `lo` to `hi`, when it lies strictly between them.
+pub(super) fn point_below(lo: &str, hi: &str, share: f64) -> Option<String> {
+    let at = point_at(lo, Some(hi), share);
+    (cmp_keys(&at, lo).is_gt() && cmp_keys(&at, hi).is_lt()).then_some(at)
+}

@@ -1,0 +1,153 @@
+//! How much of a remainder to give away: the share that leaves both tasks with about as
+//! many entities, from the density read so far, and the equal pieces a large planned
+//! remainder is cut into for idle workers.
+
+use super::scale::{fraction, point_below};
+use crate::keys::cmp_keys;
+
+/// Where partitions are not paced, a partition an attempt has read this many entities
+/// of, with the page read ahead still in it, is cut inside (the part above the cut
+/// keeps the partitions after it): cutting after it would leave all of a large
+/// partition with one task (with Zipf-like partition sizes, a task of a quarter of the
+/// table beside tasks of a few thousand entities).
+pub const LARGE_PARTITION_READ: u64 = PIECE_ENTITIES / 2;
+
+/// A remainder estimated at fewer entities than this is not split: a couple of pages
+/// read by another worker save less than a task costs, and tiny tasks unbalance the
+/// backup's work.
+pub const MIN_SPLIT_ENTITIES: u64 = 2_000;
+
+/// The least share of the remainder a splitting task keeps.
+const MIN_SHARE: f64 = 0.2;
+
+/// Where in the remainder to cut so that the task that read `read` entities over
+/// `read_span` of the key space and the new task end with about as many entities each,
+/// if keys are as dense in the `rest_span` that remains. A half when the density is
+/// unknown; `None` when the remainder is estimated too small to split.
+pub fn balanced_share(read: u64, read_span: f64, rest_span: f64) -> Option<f64> {
+    let Some(rest) = remainder_estimate(read, read_span, rest_span) else {
+        return Some(0.5);
+    };
+    if rest < MIN_SPLIT_ENTITIES as f64 {
+        return None;
+    }
+    Some((0.5 - read as f64 / (2.0 * rest)).clamp(MIN_SHARE, 0.5))
+}
+
+/// Entities left in `rest_span` of the key space if keys lie there as densely as the
+/// `read` ones did over `read_span`; `None` when that cannot be told.
+fn remainder_estimate(read: u64, read_span: f64, rest_span: f64) -> Option<f64> {
+    (read_span > 0.0 && rest_span.is_finite()).then(|| read as f64 * rest_span / read_span)
+}
+
+/// Where to cut a remainder, and what is known of its size.
+pub(super) struct CutShare {
+    /// The share of the remainder the splitter keeps.
+    pub(super) share: f64,
+    /// Entities the remainder is estimated to hold, when the density read says.
+    pub(super) rest: Option<f64>,
+}
+
+impl CutShare {
+    /// Entities the upper part is estimated to hold.
+    pub(super) fn upper(&self) -> Option<u64> {
+        self.rest.map(|r| (r * (1.0 - self.share)).round() as u64)
+    }
+}
+
+/// The share of the remainder to cut at ([`balanced_share`]) when `read` entities were
+/// read from `from` up to `reached` in a dimension bounded by `hi` (a half when nothing
+/// is known), and the remainder's estimated size. With `outweigh` (a waiting task's
+/// estimate), `None` unless the remainder is estimated at twice that.
+pub(super) fn cut_share(
+    read: Option<(&str, u64)>,
+    hi: Option<&str>,
+    reached: &str,
+    outweigh: Option<u64>,
+) -> Option<CutShare> {
+    let Some((from, entities)) = read else {
+        return outweigh.is_none().then_some(CutShare {
+            share: 0.5,
+            rest: None,
+        });
+    };
+    let at = fraction(from, hi, reached);
+    let rest = remainder_estimate(entities, at, 1.0 - at);
+    if outweigh.is_some_and(|w| !rest.is_some_and(|r| r >= 2.0 * w as f64)) {
+        return None;
+    }
+    let share = balanced_share(entities, at, 1.0 - at)?;
+    Some(CutShare { share, rest })
+}
+
+/// Entities a piece handed to idle workers is cut to, at least: about what a tail
+/// split leaves ([`MIN_SPLIT_ENTITIES`] and up), so a table's first pieces and its
+/// last ones end about the same size.
+pub const PIECE_ENTITIES: u64 = 2_500;
+
+/// Most tasks (the splitter's included) one split makes: past that, pieces grow
+/// instead, and workers that run dry split them in turn.
+pub const MAX_PIECES: u64 = 16;
+
+/// How to cut a remainder estimated at `rest` entities, after `read` were read, into
+/// several tasks for idle workers: the splitting task keeps about one piece's worth
+/// (what it read included, and at least a fifth of a piece), the rest becomes equal
+/// pieces of at least [`PIECE_ENTITIES`] and at least what was read, [`MAX_PIECES`]
+/// tasks at most. Returns the shares of the remainder where the pieces start, and each
+/// piece's estimate; `None` when fewer than two pieces fit (then one cut in two,
+/// [`balanced_share`]).
+///
+/// One cut in two, repeated as each idle worker asks, ends with the splitter's task
+/// near half of what it started with and the last pieces a few thousand entities:
+/// largest / mean near the number of tasks over the number of workers. Pieces of one
+/// size from the start keep every task near the mean.
+pub fn fan_out_shares(read: u64, rest: f64) -> Option<(Vec<f64>, u64)> {
+    if !rest.is_finite() || rest <= 0.0 {
+        return None;
+    }
+    let total = read as f64 + rest;
+    // A task that read much before it split ends at least that large: pieces as large
+    // keep the tasks even.
+    let piece = (PIECE_ENTITIES as f64)
+        .max(total / MAX_PIECES as f64)
+        .max(read as f64);
+    let kept = (piece - read as f64).max(MIN_SHARE * piece);
+    let upper = rest - kept;
+    let pieces = (upper / piece).floor().min((MAX_PIECES - 1) as f64);
+    if pieces < 2.0 {
+        return None;
+    }
+    let size = upper / pieces;
+    let shares = (0..pieces as u64)
+        .map(|j| (kept + j as f64 * size) / rest)
+        .collect();
+    Some((shares, size.round() as u64))
+}
+
+/// The points a `shares` of the way from `lo` to `hi` (increasing shares), each
+/// strictly between the bounds and above the one before; `None` unless at least two
+/// are.
+fn fan_out_points(lo: &str, hi: &str, shares: &[f64]) -> Option<Vec<String>> {
+    let mut points: Vec<String> = Vec::with_capacity(shares.len());
+    for &share in shares {
+        if let Some(at) = point_below(lo, hi, share)
+            && points.last().is_none_or(|p| cmp_keys(&at, p).is_gt())
+        {
+            points.push(at);
+        }
+    }
+    (points.len() >= 2).then_some(points)
+}
+
+/// With both bounds of the remainder `[reached, hi)` known and its size estimated from
+/// what `read_from` read (`cut`), the points where its pieces for idle workers start
+/// ([`fan_out_shares`]), and each piece's estimate.
+pub(super) fn fan_out(
+    read_from: Option<(&str, u64)>,
+    cut: &CutShare,
+    reached: &str,
+    hi: Option<&str>,
+) -> Option<(Vec<String>, u64)> {
+    let (shares, size) = fan_out_shares(read_from?.1, cut.rest?)?;
+    Some((fan_out_points(reached, hi?, &shares)?, size))
+}

@@ -1,0 +1,837 @@
+use super::*;
+use crate::keys::key_problem;
+use async_trait::async_trait;
+use proptest::prelude::*;
+
+/// A table as a sorted list of keys.
+struct Sorted(Vec<EntityKey>);
+
+impl Sorted {
+    fn new(mut keys: Vec<EntityKey>) -> Self {
+        keys.sort();
+        keys.dedup();
+        Sorted(keys)
+    }
+}
+
+#[async_trait]
+impl KeyProbe for Sorted {
+    async fn first_key(&self, probe: Probe<'_>) -> tablevault_azure::Result<Option<EntityKey>> {
+        Ok(self.0.iter().find(|k| probe.matches(k)).cloned())
+    }
+}
+
+fn run<T>(f: impl std::future::Future<Output = T>) -> T {
+    tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap()
+        .block_on(f)
+}
+
+/// Splits after key `i` and returns the share of the remainder given away.
+fn share_given_away(t: &Sorted, i: usize, end: Option<&EntityKey>) -> (f64, Split) {
+    let after = &t.0[i];
+    let split = run(find_split(t, after, None, end, None, None, None, true))
+        .unwrap()
+        .expect("a split");
+    assert!(split.at > *after, "{:?} after {after:?}", split.at);
+    assert!(end.is_none_or(|e| split.at < *e));
+    assert!(split.probes <= MAX_PROBES + 2, "{} probes", split.probes);
+    let remainder: Vec<&EntityKey> = t.0[i + 1..]
+        .iter()
+        .filter(|k| end.is_none_or(|e| *k < e))
+        .collect();
+    let above = remainder.iter().filter(|k| ***k >= split.at).count();
+    (above as f64 / remainder.len() as f64, split)
+}
+
+fn guid(i: u64) -> String {
+    format!(
+        "{:032x}",
+        (i as u128).wrapping_mul(0x9E37_79B9_7F4A_7C15_F39C_C060_5CED_C835)
+    )
+}
+
+/// `n` GUID PartitionKeys, one entity each.
+fn guid_partitions(n: u64) -> Sorted {
+    Sorted::new((0..n).map(|i| EntityKey::new(guid(i), "r")).collect())
+}
+
+/// `n` GUID RowKeys in one partition.
+fn guid_rows(n: u64) -> Sorted {
+    Sorted::new((0..n).map(|i| EntityKey::new("p", guid(i))).collect())
+}
+
+/// `n` entities under `customer-NNNNN` PartitionKeys, 500 each.
+fn sequential(n: u64) -> Sorted {
+    Sorted::new(
+        (0..n)
+            .map(|i| EntityKey::new(format!("customer-{:05}", i / 500), format!("order-{i:010}")))
+            .collect(),
+    )
+}
+
+/// `n` entities in one partition, numbered RowKeys.
+fn one_partition(pk: &str, n: u64) -> Sorted {
+    Sorted::new(
+        (0..n)
+            .map(|i| EntityKey::new(pk, format!("{i:08}")))
+            .collect(),
+    )
+}
+
+#[test]
+fn guid_partitions_split_near_the_middle() {
+    let t = guid_partitions(20_000);
+    for i in [999usize, 5_000, 12_000] {
+        let (share, split) = share_given_away(&t, i, None);
+        assert!((0.25..=0.75).contains(&share), "after {i}: {share}");
+        assert!(
+            split.ceiling.is_some(),
+            "an unbounded split learns a ceiling"
+        );
+        // With the ceiling known, the next split of the upper part needs fewer probes.
+        fewer_probes_with_the_ceiling(&t, i, &split);
+    }
+}
+
+/// Splitting again after key `i` with the ceiling `split` learned takes fewer probes.
+fn fewer_probes_with_the_ceiling(t: &Sorted, i: usize, split: &Split) {
+    let again = run(find_split(
+        t,
+        &t.0[i],
+        None,
+        None,
+        split.ceiling.as_ref(),
+        None,
+        None,
+        true,
+    ))
+    .unwrap()
+    .unwrap();
+    assert!(
+        again.probes < split.probes,
+        "{} < {}",
+        again.probes,
+        split.probes
+    );
+}
+
+#[test]
+fn sequential_partitions_split_near_the_middle() {
+    let t = sequential(20_000);
+    let (share, _) = share_given_away(&t, 999, None);
+    assert!((0.2..=0.8).contains(&share), "{share}");
+    let end = EntityKey::partition_start("customer-00030");
+    let (share, _) = share_given_away(&t, 2_500, Some(&end));
+    assert!((0.2..=0.8).contains(&share), "{share}");
+}
+
+#[test]
+fn one_huge_partition_splits_by_row_key() {
+    let t = one_partition("tenant", 50_000);
+    let (share, split) = share_given_away(&t, 999, None);
+    assert_eq!(split.at.pk, "tenant");
+    assert!((0.35..=0.65).contains(&share), "{share}");
+    assert_eq!(
+        split.ceiling.as_ref().map(|c| c.pk.as_str()),
+        Some("tenant")
+    );
+    // The upper part's task cuts again with the ceiling it inherits, fewer probes.
+    let at = t.0.iter().position(|k| *k >= split.at).unwrap();
+    fewer_probes_with_the_ceiling(&t, at + 999, &split);
+    let end = EntityKey::new("tenant", "00030000");
+    let (share, _) = share_given_away(&t, 20_000, Some(&end));
+    assert!((0.2..=0.8).contains(&share), "{share}");
+    // GUID RowKeys too.
+    let t = guid_rows(20_000);
+    let (share, _) = share_given_away(&t, 1_000, None);
+    assert!((0.2..=0.8).contains(&share), "{share}");
+}
+
+/// Reads `t` from key `from` through key `i`, splits with what was read, and returns
+/// (entities this task ends with, entities given away per new task), or `None` for
+/// no split.
+fn balanced(t: &Sorted, from: usize, i: usize, end: Option<&EntityKey>) -> Option<(usize, usize)> {
+    let read = plain_read(&t.0[from], (i + 1 - from) as u64);
+    let split = run(find_split(
+        t,
+        &t.0[i],
+        None,
+        end,
+        None,
+        Some(read),
+        None,
+        true,
+    ))
+    .unwrap()?;
+    let upto = |k: &EntityKey| end.is_none_or(|e| k < e);
+    let kept = t.0[from..].iter().filter(|k| **k < split.at).count();
+    let given = t.0.iter().filter(|k| **k >= split.at && upto(k)).count();
+    Some((kept, given / (1 + split.pieces.len())))
+}
+
+/// What a planned range read: `entities` from `first`, nothing known of partitions.
+fn plain_read(first: &EntityKey, entities: u64) -> ReadSoFar<'_> {
+    ReadSoFar {
+        first,
+        entities,
+        partition: None,
+        largest_partition: 0,
+        planned: true,
+    }
+}
+
+/// `n` entities in each of four key shapes, named.
+fn four_shapes(n: u64) -> [(&'static str, Sorted); 4] {
+    [
+        ("guid", guid_partitions(n)),
+        ("sequential", sequential(n)),
+        ("giant", one_partition("tenant", n)),
+        ("guid rows", guid_rows(n)),
+    ]
+}
+
+#[test]
+fn a_task_that_has_read_much_keeps_less_of_the_rest() {
+    for (name, t) in &four_shapes(20_000) {
+        // Early, midway, and after half of a range: both tasks end with about as
+        // many entities, where halving the rest would leave the reader up to twice
+        // as many. (Having read half, the reader still keeps a fifth of the rest.)
+        for (from, i) in [(0, 999), (0, 4_999), (10_000, 12_999), (0, 9_999)] {
+            let (kept, given) = balanced(t, from, i, None).expect("a split");
+            let ratio = kept as f64 / given as f64;
+            assert!(
+                (0.6..=1.75).contains(&ratio),
+                "{name}: read {from}..={i}: kept {kept}, gave {given}"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_large_partition_is_cut_inside_even_when_later_ones_follow() {
+    // Partition "b" holds 5,000 entities between small ones; a task read "a" and
+    // 2,000 of "b", and the page read ahead is still in "b".
+    let keys = (0..100)
+        .map(|i| EntityKey::new("a", format!("{i:05}")))
+        .chain((0..5_000).map(|i| EntityKey::new("b", format!("{i:05}"))))
+        .chain((0..2_000).map(|i| EntityKey::new(format!("c{:02}", i / 100), "r")))
+        .collect();
+    let t = Sorted::new(keys);
+    let after = EntityKey::new("b", "01999");
+    let next = EntityKey::new("c00", "r");
+    let split_with = |continues: bool, unpaced: bool| {
+        let read = ReadSoFar {
+            first: &t.0[0],
+            entities: 2_100,
+            partition: Some(PartitionRead {
+                first_rk: "00000",
+                entities: 2_000,
+                continues,
+            }),
+            largest_partition: 2_000,
+            planned: true,
+        };
+        run(find_split(
+            &t,
+            &after,
+            Some(&next),
+            None,
+            None,
+            Some(read),
+            None,
+            unpaced,
+        ))
+        .unwrap()
+    };
+    let inside = split_with(true, true).expect("a split");
+    assert_eq!(inside.at.pk, "b", "{inside:?}");
+    assert!(inside.at > after);
+    // What "b" has left is estimated from what was read of it, and the ceiling
+    // found inside "b" is not passed on: the partitions after it are still there.
+    let estimate = inside.estimate.expect("an estimate") as f64;
+    assert!((500.0..=3_000.0).contains(&estimate), "{estimate}");
+    assert!(
+        inside
+            .ceiling
+            .as_ref()
+            .is_none_or(|c| t.0.iter().all(|k| k < c)),
+        "{inside:?}"
+    );
+    // A partition that ends on the page read ahead, or where partitions are paced:
+    // cut after it, if at all.
+    for (continues, unpaced) in [(false, true), (true, false)] {
+        let after_it = split_with(continues, unpaced);
+        assert!(
+            after_it.is_none_or(|s| s.at.pk.as_str() > "b"),
+            "{continues} {unpaced}"
+        );
+    }
+}
+
+#[test]
+fn a_density_read_mostly_from_one_large_partition_gives_no_pieces() {
+    // A task read 3,000 entities, 2,000 of them in one partition: the partitions
+    // after it need not be as dense, so the rest is cut in two, not into pieces.
+    let t = guid_partitions(20_000);
+    let split_with = |largest_partition| {
+        let read = ReadSoFar {
+            first: &t.0[0],
+            entities: 3_000,
+            partition: None,
+            largest_partition,
+            planned: true,
+        };
+        run(find_split(
+            &t,
+            &t.0[2_999],
+            None,
+            Some(&t.0[19_000]),
+            None,
+            Some(read),
+            None,
+            true,
+        ))
+        .unwrap()
+        .expect("a split")
+    };
+    assert!(!split_with(1).pieces.is_empty());
+    assert!(split_with(2_000).pieces.is_empty());
+}
+
+#[test]
+fn a_ceiling_just_above_hex_keys_does_not_widen_their_space() {
+    // A ceiling search over hex keys ends at `g`, the next letter: the hex space
+    // below it is sixteen digits wide, not thirty-six.
+    for (lo, key, hi, want) in [
+        ("0000", "8000", "g", 0.5),
+        ("0000", "c000", "g", 0.75),
+        ("0000", "0ccc", "g", 0.05),
+        ("0000", "8000", "G", 0.5),
+    ] {
+        let f = fraction(lo, Some(hi), key);
+        assert!((f - want).abs() < 0.01, "{key} in [{lo}, {hi}): {f}");
+    }
+    assert_eq!(point_at("0000", Some("g"), 0.5), "8");
+    // Letters that are keys, not a ceiling above hex digits, keep their class.
+    let f = fraction("apple", Some("zebra"), "mango");
+    assert!((0.4..0.55).contains(&f), "{f}");
+    assert!(
+        fraction("a", Some("g"), "d") > 0.45,
+        "hex-like letters below g"
+    );
+}
+
+#[test]
+fn pieces_for_idle_workers_are_of_one_size_and_bounded_in_number() {
+    // A first split (little read) of tables from small to huge.
+    for rest in [2_000.0, 4_000.0, 9_000.0, 19_000.0, 49_000.0, 1e6, 1e10] {
+        let Some((shares, size)) = fan_out_shares(1_000, rest) else {
+            assert!(rest < 4.0 * PIECE_ENTITIES as f64, "{rest}: no pieces");
+            continue;
+        };
+        assert!(
+            shares.len() >= 2 && shares.len() < MAX_PIECES as usize,
+            "{rest}"
+        );
+        assert!(size >= PIECE_ENTITIES, "{rest}: pieces of {size}");
+        assert!(shares.windows(2).all(|w| w[0] < w[1]), "{shares:?}");
+        assert!(shares[0] > 0.0 && *shares.last().unwrap() < 1.0);
+        // The splitter ends with about one piece, what it read included.
+        let kept = shares[0] * rest + 1_000.0;
+        assert!(
+            (0.9..=1.5).contains(&(kept / size as f64)),
+            "{rest}: kept {kept}, pieces of {size}"
+        );
+    }
+    // Late in a task, the rest is too small for pieces: one cut in two.
+    assert_eq!(fan_out_shares(40_000, 3_000.0), None);
+    assert_eq!(fan_out_shares(10_000, 10_000.0), None);
+    // A task that read much first hands out pieces as large as what it read.
+    let (shares, size) = fan_out_shares(5_000, 15_000.0).unwrap();
+    assert_eq!((shares.len(), size), (2, 7_000));
+    for nonsense in [0.0, -1.0, f64::NAN, f64::INFINITY] {
+        assert_eq!(fan_out_shares(1_000, nonsense), None);
+    }
+}
+
+#[test]
+fn idle_workers_get_the_rest_of_a_sized_range_in_pieces_that_hold_what_was_estimated() {
+    for (name, t) in &four_shapes(20_000) {
+        // A table's first task read its first page; the ceiling is known.
+        let ceiling = run(find_split(t, &t.0[999], None, None, None, None, None, true))
+            .unwrap()
+            .unwrap()
+            .ceiling;
+        let read = plain_read(&t.0[0], 1_000);
+        let split_for = |outweigh| {
+            run(find_split(
+                t,
+                &t.0[999],
+                None,
+                None,
+                ceiling.as_ref(),
+                Some(read),
+                outweigh,
+                true,
+            ))
+            .unwrap()
+            .unwrap()
+        };
+        let split = split_for(None);
+        assert!(split.pieces.len() >= 3, "{name}: {split:?}");
+        let size = split.estimate.expect("each piece's estimate") as f64;
+        let starts: Vec<&EntityKey> = std::iter::once(&split.at).chain(&split.pieces).collect();
+        let kept = t.0.iter().filter(|k| **k < split.at).count() as f64;
+        assert!(
+            (0.5..=1.5).contains(&(kept / size)),
+            "{name}: kept {kept} of {size}"
+        );
+        for (i, start) in starts.iter().enumerate() {
+            let held =
+                t.0.iter()
+                    .filter(|k| *k >= *start && starts.get(i + 1).is_none_or(|n| *k < *n))
+                    .count() as f64;
+            assert!(
+                (0.5..=1.5).contains(&(held / size)),
+                "{name}: piece {i} holds {held}, estimated {size}"
+            );
+        }
+        // While a task waits, a range is only ever cut in two.
+        assert!(split_for(Some(100)).pieces.is_empty(), "{name}");
+        // And a piece is only ever cut in two.
+        let piece = run(find_split(
+            t,
+            &t.0[999],
+            None,
+            None,
+            ceiling.as_ref(),
+            Some(ReadSoFar {
+                planned: false,
+                ..read
+            }),
+            None,
+            true,
+        ))
+        .unwrap()
+        .unwrap();
+        assert!(piece.pieces.is_empty(), "{name}");
+        // Where partitions are paced, too.
+        let paced = run(find_split(
+            t,
+            &t.0[999],
+            None,
+            None,
+            ceiling.as_ref(),
+            Some(read),
+            None,
+            false,
+        ))
+        .unwrap();
+        assert!(paced.is_none_or(|s| s.pieces.is_empty()), "{name}");
+    }
+}
+
+#[test]
+fn a_scan_that_knows_both_bounds_and_what_follows_cuts_without_probes() {
+    let sequential = sequential(20_000);
+    let guid_table = guid_partitions(20_000);
+    for (name, t) in [("sequential", &sequential), ("guid", &guid_table)] {
+        // A task read keys 2,000..=4,999 of a range ending at key 16,000, and its
+        // scan has fetched the page holding the next partition.
+        let (from, i, end) = (2_000, 4_999, t.0[16_000].clone());
+        let next = t.0[i + 1..].iter().find(|k| k.pk != t.0[i].pk).unwrap();
+        let read = plain_read(&t.0[from], (i + 1 - from) as u64);
+        let split = run(find_split(
+            t,
+            &t.0[i],
+            Some(next),
+            Some(&end),
+            None,
+            Some(read),
+            None,
+            true,
+        ))
+        .unwrap()
+        .expect("a split");
+        assert_eq!(split.probes, 0, "{name}");
+        let kept = t.0[from..].iter().filter(|k| **k < split.at).count();
+        let given =
+            t.0.iter().filter(|k| **k >= split.at && **k < end).count() / (1 + split.pieces.len());
+        let ratio = kept as f64 / given as f64;
+        assert!(
+            (0.6..=1.75).contains(&ratio),
+            "{name}: kept {kept}, gave {given}"
+        );
+        // Unbounded, with the ceiling a first split learned: no probes either.
+        let first = run(find_split(t, &t.0[999], None, None, None, None, None, true))
+            .unwrap()
+            .unwrap();
+        let again = run(find_split(
+            t,
+            &t.0[i],
+            Some(next),
+            None,
+            first.ceiling.as_ref(),
+            Some(read),
+            None,
+            true,
+        ))
+        .unwrap()
+        .unwrap();
+        assert_eq!(again.probes, 0, "{name}");
+        // A "next partition" that is not one (the same partition, or past the end) is
+        // ignored, and a probe finds the real one.
+        for wrong in [&t.0[i], &end] {
+            let probed = run(find_split(
+                t,
+                &t.0[i],
+                Some(wrong),
+                Some(&end),
+                None,
+                Some(read),
+                None,
+                true,
+            ))
+            .unwrap()
+            .unwrap();
+            assert_eq!(probed.probes, 1, "{name}");
+            assert_eq!(probed.at, split.at, "{name}");
+        }
+    }
+    // Inside one partition, a range ending in it, or a ceiling found in it, says no
+    // later partition follows; with neither, a probe asks.
+    let giant = one_partition("tenant", 20_000);
+    let end = giant.0[16_000].clone();
+    let read = plain_read(&giant.0[0], 5_000);
+    let split_with = |end: Option<&EntityKey>, ceiling: Option<&EntityKey>| {
+        run(find_split(
+            &giant,
+            &giant.0[4_999],
+            None,
+            end,
+            ceiling,
+            Some(read),
+            None,
+            true,
+        ))
+        .unwrap()
+        .unwrap()
+    };
+    let bounded = split_with(Some(&end), None);
+    assert_eq!((bounded.probes, bounded.at.pk.as_str()), (0, "tenant"));
+    let unbounded = split_with(None, None);
+    assert!(unbounded.probes > 1, "{unbounded:?}");
+    let again = split_with(None, unbounded.ceiling.as_ref());
+    assert_eq!((again.probes, again.at.pk.as_str()), (0, "tenant"));
+}
+
+#[test]
+fn a_cut_placed_by_value_in_a_gap_leaves_the_upper_part_empty_and_the_next_cut_is_lower() {
+    // Two clusters of partitions far apart, the range ending where the second
+    // starts: a cut by value between them hands out an empty range; the splitter,
+    // now ending there, cuts again inside the first cluster.
+    let keys: Vec<EntityKey> = (0..10_000)
+        .map(|i| EntityKey::new(format!("a{i:05}"), ""))
+        .chain((0..10).map(|i| EntityKey::new(format!("z{i:05}"), "")))
+        .collect();
+    let t = Sorted::new(keys);
+    let end = EntityKey::partition_start("z");
+    let read = plain_read(&t.0[0], 1_000);
+    let first = run(find_split(
+        &t,
+        &t.0[999],
+        Some(&t.0[1_000]),
+        Some(&end),
+        None,
+        Some(read),
+        None,
+        true,
+    ))
+    .unwrap()
+    .unwrap();
+    assert!(
+        !t.0.iter().any(|k| *k >= first.at && *k < end),
+        "{:?}",
+        first.at
+    );
+    // Hardly anything was read over the span down to the cut, so it looks large.
+    let second = run(find_split(
+        &t,
+        &t.0[999],
+        Some(&t.0[1_000]),
+        Some(&first.at),
+        None,
+        Some(read),
+        None,
+        true,
+    ))
+    .unwrap()
+    .unwrap();
+    assert!(second.at < first.at);
+}
+
+#[test]
+fn a_range_is_split_while_a_task_waits_only_if_it_holds_twice_as_much() {
+    let t = sequential(20_000);
+    // Read keys 0..2,000; about 10,000 are left before the end.
+    let (i, end) = (1_999, t.0[12_000].clone());
+    let next = t.0[i + 1..].iter().find(|k| k.pk != t.0[i].pk).unwrap();
+    let read = plain_read(&t.0[0], 2_000);
+    let split = |outweigh| {
+        run(find_split(
+            &t,
+            &t.0[i],
+            Some(next),
+            Some(&end),
+            None,
+            Some(read),
+            outweigh,
+            true,
+        ))
+        .unwrap()
+    };
+    let free = split(None).expect("a split with nothing waiting");
+    // The estimate is each piece's.
+    let given = t.0.iter().filter(|k| **k >= free.at && **k < end).count() as f64
+        / (1 + free.pieces.len()) as f64;
+    let estimate = free.estimate.expect("an estimate of the upper part") as f64;
+    assert!(
+        (estimate - given).abs() <= given * 0.25,
+        "estimated {estimate}, gave {given}"
+    );
+    assert!(split(Some(4_000)).is_some(), "10,000 outweigh 4,000");
+    assert_eq!(split(Some(6_000)), None, "10,000 do not outweigh 6,000");
+    // Without a density, nothing outweighs a waiting task.
+    let blind = run(find_split(
+        &t,
+        &t.0[i],
+        Some(next),
+        Some(&end),
+        None,
+        None,
+        Some(10),
+        true,
+    ))
+    .unwrap();
+    assert_eq!(blind, None);
+}
+
+#[test]
+fn a_small_remainder_is_not_split() {
+    let t = guid_partitions(20_000);
+    assert_eq!(balanced(&t, 0, 19_000, None), None, "about 1,000 left");
+    let end = t.0[6_000].clone();
+    assert_eq!(
+        balanced(&t, 5_000, 5_500, Some(&end)),
+        None,
+        "about 500 left"
+    );
+    // Without knowing what was read, it still splits (and so it did before).
+    assert!(
+        run(find_split(
+            &t,
+            &t.0[19_000],
+            None,
+            None,
+            None,
+            None,
+            None,
+            true
+        ))
+        .unwrap()
+        .is_some()
+    );
+    let giant = one_partition("t", 20_000);
+    assert_eq!(balanced(&giant, 0, 18_999, None), None);
+    assert!(
+        balanced(&giant, 0, 14_999, None).is_some(),
+        "5,000 left is split"
+    );
+}
+
+#[test]
+fn fractions_order_keys_between_their_bounds() {
+    assert_eq!(fraction("a", Some("c"), "b"), 0.5);
+    assert_eq!(fraction("a", Some("c"), "0"), 0.0);
+    assert_eq!(fraction("a", Some("c"), "d"), 1.0);
+    let f = fraction("customer-00000", Some("customer-00040"), "customer-00010");
+    assert!((0.2..0.3).contains(&f), "{f}");
+    for (lo, hi) in [
+        ("0000", Some("ffff")),
+        ("a", None),
+        ("customer-1", Some("customer-9")),
+    ] {
+        let m = midpoint(lo, hi);
+        let f = fraction(lo, hi, &m);
+        assert!((0.45..=0.55).contains(&f), "{lo} {hi:?} {m}: {f}");
+        let q = point_at(lo, hi, 0.25);
+        let g = fraction(lo, hi, &q);
+        assert!((0.2..=0.3).contains(&g), "{lo} {hi:?} {q}: {g}");
+    }
+}
+
+#[test]
+fn a_partition_is_cut_inside_only_when_allowed() {
+    let giant = one_partition("tenant", 20_000);
+    let split = |t: &Sorted, i: usize, rows: bool| {
+        run(find_split(t, &t.0[i], None, None, None, None, None, rows)).unwrap()
+    };
+    assert_eq!(split(&giant, 999, false), None);
+    assert_eq!(split(&giant, 999, true).unwrap().at.pk, "tenant");
+    // With later partitions, the cut is between partitions either way.
+    let sequential = sequential(20_000);
+    let at = split(&sequential, 999, false).unwrap().at;
+    assert!(at.rk.is_empty() && at.pk > sequential.0[999].pk, "{at:?}");
+    // In the last partition, not any more.
+    assert_eq!(split(&sequential, 19_600, false), None);
+}
+
+#[test]
+fn nothing_left_means_no_split() {
+    let t = Sorted::new(vec![EntityKey::new("a", "1"), EntityKey::new("a", "2")]);
+    assert_eq!(
+        run(find_split(&t, &t.0[1], None, None, None, None, None, true)).unwrap(),
+        None
+    );
+    let end = EntityKey::new("a", "2");
+    assert_eq!(
+        run(find_split(
+            &t,
+            &t.0[0],
+            None,
+            Some(&end),
+            None,
+            None,
+            None,
+            true
+        ))
+        .unwrap(),
+        None
+    );
+}
+
+#[test]
+fn midpoints_fall_between_and_are_legal() {
+    let cases: &[(&str, Option<&str>)] = &[
+        ("a", Some("c")),
+        ("customer-0001", Some("customer-0999")),
+        ("a", None),
+        ("z", None),
+        ("", Some("b")),
+        ("abc", Some("abd")),
+        ("\u{D7FF}", Some("\u{E001}")),
+    ];
+    for (lo, hi) in cases {
+        let m = midpoint(lo, *hi);
+        assert!(cmp_keys(&m, lo).is_ge(), "{m:?} >= {lo:?}");
+        if let Some(h) = hi {
+            assert!(cmp_keys(&m, h).is_lt(), "{m:?} < {h:?}");
+        }
+        assert!(key_problem(&m).is_none(), "{m:?} is a legal key");
+    }
+    assert_eq!(midpoint("a", Some("c")), "b");
+    // Towards the top of the key space the first probe leaves ASCII, but only just: the
+    // alphabet is dense where keys usually are.
+    let top = midpoint("p001", None);
+    assert!(
+        cmp_keys(&top, "~").is_gt() && cmp_keys(&top, "\u{3000}").is_lt(),
+        "{top:?}"
+    );
+    assert!(midpoint("customer-0001", Some("customer-0999")).starts_with("customer-0"));
+}
+
+#[test]
+fn increments_carry_in_rank_space() {
+    assert_eq!(increment("a", 0, 1).as_deref(), Some("b"));
+    assert_eq!(increment("ab", 1, 1).as_deref(), Some("ac"));
+    let carried = increment("a~", 1, 1).unwrap();
+    assert!(
+        cmp_keys(&carried, "a~").is_gt() && cmp_keys(&carried, "b").is_lt(),
+        "{carried:?}"
+    );
+    assert_eq!(increment("\u{FFFD}", 0, 1), None);
+    assert!(cmp_keys(&increment("", 0, 1).unwrap(), "").is_gt());
+}
+
+fn key_unit() -> impl Strategy<Value = char> {
+    prop_oneof![
+        4 => prop::char::range('0', '9'),
+        4 => prop::char::range('a', 'f'),
+        1 => Just(' '),
+        1 => Just('~'),
+        1 => Just('\u{E000}'),
+        1 => Just('\u{1F600}'),
+        1 => Just('\u{FFFD}'),
+        1 => prop::char::range('\u{A0}', '\u{3000}'),
+    ]
+}
+
+fn key() -> impl Strategy<Value = String> {
+    prop::collection::vec(key_unit(), 0..6).prop_map(|v| v.into_iter().collect())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(300))]
+    /// Whatever the keys, a cut lies strictly inside the remainder, on a real key, and
+    /// the probes stay bounded.
+    #[test]
+    fn cuts_fall_inside_the_remainder(
+        keys in prop::collection::vec((key(), key()), 2..200),
+        pick in 0usize..1000,
+        end_pick in prop::option::of(0usize..1000),
+        ceiling in prop::option::of((key(), key())),
+        read in prop::option::of((0usize..1000, 0u64..100_000)),
+        part in prop::option::of((key(), 0u64..5_000, any::<bool>())),
+        planned in any::<bool>(),
+        rows in any::<bool>(),
+    ) {
+        let t = Sorted::new(keys.into_iter().map(|(p, r)| EntityKey::new(p, r)).collect());
+        let after = t.0[pick % t.0.len()].clone();
+        let end = end_pick.map(|e| t.0[e % t.0.len()].clone()).filter(|e| *e > after);
+        // Any ceiling, even a wrong one: it may cost balance, never correctness.
+        let ceiling = ceiling.map(|(p, r)| EntityKey::new(p, r));
+        // What was read, even nonsense (a first key after the last): only balance
+        // depends on it.
+        let first = read.map(|(f, _)| t.0[f % t.0.len()].clone());
+        // And any reading of the current partition: a wrong one costs balance only.
+        let part_rk = part.as_ref().map(|(rk, _, _)| rk.clone());
+        let partition = part.as_ref().zip(part_rk.as_deref()).map(|((_, n, c), first_rk)| PartitionRead { first_rk, entities: *n, continues: *c });
+        let read = first.as_ref().zip(read).map(|(first, (_, entities))| ReadSoFar { first, entities, partition, largest_partition: part.as_ref().map_or(0, |p| p.1), planned });
+        let split = run(find_split(&t, &after, None, end.as_ref(), ceiling.as_ref(), read, None, rows)).unwrap();
+        let remainder: Vec<&EntityKey> = t.0.iter()
+            .filter(|k| **k > after && end.as_ref().is_none_or(|e| *k < e))
+            .collect();
+        match split {
+            // A wrong ceiling (a key reaches it) is trusted: it may cost a split.
+            None => prop_assert!(read.is_some() || remainder.len() <= 1 || remainder.iter().all(|k| k.pk == after.pk) || remainder.iter().all(|k| k.pk != after.pk)
+                || ceiling.as_ref().is_some_and(|c| t.0.iter().any(|k| k >= c)),
+                "no cut although {} keys remain", remainder.len()),
+            Some(s) => {
+                prop_assert!(rows || s.at.pk != after.pk, "cut inside the partition");
+                prop_assert!(s.at > after);
+                prop_assert!(end.as_ref().is_none_or(|e| s.at < *e));
+                // A cut placed by value, from the density of what was read, may fall
+                // in a gap; a probed one lies on a key.
+                prop_assert!(read.is_some() || remainder.iter().any(|k| **k >= s.at), "the upper part holds a key");
+                prop_assert!(s.probes <= MAX_PROBES + 2);
+                prop_assert!(key_problem(&s.at.pk).is_none() && key_problem(&s.at.rk).is_none());
+                // A ceiling passed on is never reached by a key of the upper part
+                // (unless a wrong one was given).
+                prop_assert!(ceiling.is_some() || s.ceiling.as_ref().is_none_or(|c| remainder.iter().all(|k| *k < c)), "ceiling {:?} is reached", s.ceiling);
+                // Pieces go up from the cut, stay inside the remainder and are legal.
+                prop_assert!(s.pieces.is_empty() || read.is_some(), "pieces without a density");
+                prop_assert!((s.pieces.len() as u64) < MAX_PIECES - 1);
+                let mut below = &s.at;
+                for piece in &s.pieces {
+                    prop_assert!(piece > below, "{piece:?} not above {below:?}");
+                    prop_assert!(end.as_ref().is_none_or(|e| piece < e));
+                    prop_assert!(rows || piece.pk != after.pk, "piece inside the partition");
+                    prop_assert!(key_problem(&piece.pk).is_none() && key_problem(&piece.rk).is_none());
+                    below = piece;
+                }
+            }
+        }
+    }
+}
