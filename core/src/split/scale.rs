@@ -198,12 +198,14 @@ pub fn point_at(lo: &str, hi: Option<&str>, share: f64) -> String {
     }
 }
 
+/// Places [`fraction`] reads: seven of a ~100-letter alphabet stay within a u64 and an
+/// f64's exact integers.
+const FRACTION_PLACES: usize = 7;
+
 /// Where `key` lies between `lo` (0) and `hi` (1; `None` is the top of the key space),
 /// in the space [`point_at`] cuts in, read to more places. Keys outside are clamped.
 pub fn fraction(lo: &str, hi: Option<&str>, key: &str) -> f64 {
-    // Seven places of a ~100-letter alphabet stay within a u64 and an f64's exact
-    // integers.
-    let scale = Scale::new(lo, hi, 7, &[key]);
+    let scale = Scale::new(lo, hi, FRACTION_PLACES, &[key]);
     let k: Vec<u16> = key.encode_utf16().collect();
     let prefix = &scale.lo[..scale.common];
     if !k.starts_with(prefix) {
@@ -261,4 +263,36 @@ pub(super) fn bump(s: &[u16], pos: usize, steps: usize) -> Option<String> {
 pub(super) fn point_below(lo: &str, hi: &str, share: f64) -> Option<String> {
     let at = point_at(lo, Some(hi), share);
     (cmp_keys(&at, lo).is_gt() && cmp_keys(&at, hi).is_lt()).then_some(at)
+}
+
+/// Whether how densely keys lie from `from` on can be carried over to the rest of the
+/// space, from `reached` up to `hi`: only when the units [`fraction`] reads of the three
+/// (after the bounds' common prefix) all lie in one region of the rank space, printable
+/// ASCII (with the anchor just above it, a ceiling found above such keys) or the rest.
+/// A `from` that is the common prefix itself lies at the bottom, in the first; the top
+/// of the key space (`hi` is `None`), in the second. The dense alphabet gives each
+/// printable ASCII character a rank and the rest of the BMP a few anchors, so a count
+/// read in one region says nothing of the other: keys beginning with ASCII and with
+/// other characters alike made the remainder look almost empty once the ASCII part was
+/// read, and a table of thousands was never split; so did keys sharing a prefix whose
+/// next unit was ASCII in some and CJK or astral in others.
+pub(super) fn one_region(from: &str, reached: &str, hi: Option<&str>) -> bool {
+    let a: Vec<u16> = from.encode_utf16().collect();
+    let b: Option<Vec<u16>> = hi.map(|h| h.encode_utf16().collect());
+    let common = b
+        .as_ref()
+        .map_or(0, |b| a.iter().zip(b).take_while(|(x, y)| x == y).count());
+    let r: Vec<u16> = reached.encode_utf16().collect();
+    let low = |u: &u16| *u <= 0xA0;
+    let mut regions = [Some(&a), Some(&r), b.as_ref()]
+        .into_iter()
+        .flatten()
+        .flat_map(|t| t.iter().skip(common).take(FRACTION_PLACES))
+        .map(low)
+        .chain((a.len() <= common).then_some(true))
+        .chain(b.is_none().then_some(false));
+    let Some(first) = regions.next() else {
+        return true;
+    };
+    regions.all(|region| region == first)
 }
