@@ -28,7 +28,7 @@ pub use share::{
 
 use probe::{Dimension, Prober, cut_value, find_ceiling};
 use scale::one_region;
-use share::{cut_share, fan_out};
+use share::{cluster_bound, cut_share, fan_out};
 
 use crate::keys::{EntityKey, cmp_keys};
 
@@ -43,11 +43,40 @@ pub struct ReadSoFar<'a> {
     pub partition: Option<PartitionRead<'a>>,
     /// The most entities it read of one partition.
     pub largest_partition: u64,
+    /// The last page read, when it is a fair sample of how densely keys lie there.
+    pub last_page: Option<PageRead<'a>>,
     /// Whether its range was planned, not split off another task with an estimate. Only
     /// a planned range, nobody's estimate yet, is cut into pieces ([`Split::pieces`]):
     /// a piece is cut in two as idle workers ask, so an estimate thrown off by a large
     /// partition (Zipf-like sizes) cannot hand out ten pieces of a few hundred entities.
     pub planned: bool,
+}
+
+/// The last page an attempt read.
+#[derive(Debug, Clone, Copy)]
+pub struct PageRead<'a> {
+    /// Its first key.
+    pub first: &'a EntityKey,
+    /// Its entities.
+    pub entities: u64,
+    /// The most of them in one partition.
+    pub largest_partition: u64,
+}
+
+impl<'a> PageRead<'a> {
+    /// Where the page began and how many it held, across partitions: only when no one
+    /// partition held half of it (a large partition packs a page into a sliver of the
+    /// PartitionKey space, which says nothing of the partitions after it).
+    fn across(&self, next: &str) -> Option<(&'a str, u64)> {
+        (self.first.pk != next && 2 * self.largest_partition < self.entities)
+            .then_some((self.first.pk.as_str(), self.entities))
+    }
+
+    /// Where the page began and how many it held, inside `partition`: only when it lay
+    /// in it whole.
+    fn inside(&self, partition: &str) -> Option<(&'a str, u64)> {
+        (self.first.pk == partition).then_some((self.first.rk.as_str(), self.entities))
+    }
 }
 
 /// What an attempt has read of the partition it is in.
@@ -170,7 +199,11 @@ pub async fn find_split(
                 .filter(|r| r.first.pk != next.pk)
                 .map(|r| (r.first.pk.as_str(), r.entities))
                 .filter(|(from, _)| one_region(from, &next.pk, hi.as_deref()));
-            let Some(cut) = cut_share(read_from, hi.as_deref(), &next.pk, outweigh) else {
+            let page = read
+                .and_then(|r| r.last_page)
+                .and_then(|page| page.across(&next.pk));
+            let recent = page.filter(|(from, _)| one_region(from, &next.pk, hi.as_deref()));
+            let Some(cut) = cut_share(read_from, recent, hi.as_deref(), &next.pk, outweigh) else {
                 return Ok(None);
             };
             // Pieces are cut by the density read: not when most of it is one large
@@ -190,16 +223,14 @@ pub async fn find_split(
                 at
             } else {
                 estimate = cut.upper();
-                let pk = cut_value(
-                    &mut p,
-                    &across,
-                    &next.pk,
-                    hi,
-                    cut.share,
-                    read_from.is_some(),
-                )
-                .await?
-                .unwrap_or(next.pk);
+                let hi = if cut.by_value {
+                    hi
+                } else {
+                    cluster_or(&mut p, &across, hi, page, &next.pk).await?
+                };
+                let pk = cut_value(&mut p, &across, &next.pk, hi, cut.share, cut.by_value)
+                    .await?
+                    .unwrap_or(next.pk);
                 EntityKey::partition_start(pk)
             }
         }
@@ -250,7 +281,11 @@ pub async fn find_split(
                     }
                 })
                 .filter(|(from, _)| one_region(from, &after.rk, hi.as_deref()));
-            let Some(cut) = cut_share(read_from, hi.as_deref(), &after.rk, outweigh) else {
+            let page = read
+                .and_then(|r| r.last_page)
+                .and_then(|page| page.inside(&after.pk));
+            let recent = page.filter(|(from, _)| one_region(from, &after.rk, hi.as_deref()));
+            let Some(cut) = cut_share(read_from, recent, hi.as_deref(), &after.rk, outweigh) else {
                 return Ok(None);
             };
             let allowed = read.is_some_and(|r| r.planned);
@@ -264,16 +299,12 @@ pub async fn find_split(
                 at
             } else {
                 estimate = cut.upper();
-                match cut_value(
-                    &mut p,
-                    &inside,
-                    &after.rk,
-                    hi,
-                    cut.share,
-                    read_from.is_some(),
-                )
-                .await?
-                {
+                let hi = if cut.by_value {
+                    hi
+                } else {
+                    cluster_or(&mut p, &inside, hi, page, &after.rk).await?
+                };
+                match cut_value(&mut p, &inside, &after.rk, hi, cut.share, cut.by_value).await? {
                     Some(rk) => EntityKey::new(&after.pk, rk),
                     None => return Ok(None),
                 }
@@ -294,3 +325,34 @@ pub async fn find_split(
 
 #[cfg(test)]
 mod tests;
+
+/// Where a cut's size is unknown, the bound to cut below: the bound of the cluster the
+/// task is reading ([`cluster_bound`]: the keys that share a prefix with the last page),
+/// tightened by probes to just above its keys, where it is below `hi`. Halving the
+/// whole remainder by key value would give the cut to whatever lies beyond the
+/// cluster, however few entities that holds.
+async fn cluster_or(
+    p: &mut Prober<'_>,
+    dim: &Dimension<'_>,
+    hi: Option<String>,
+    page: Option<(&str, u64)>,
+    reached: &str,
+) -> tablevault_azure::Result<Option<String>> {
+    let Some(bound) = cluster_bound(page, reached)
+        .filter(|c| hi.as_deref().is_none_or(|h| cmp_keys(c, h).is_lt()))
+    else {
+        return Ok(hi);
+    };
+    // `bound` is below `hi`, so below the dimension's own end too.
+    let end = EntityKey::partition_start(bound.clone());
+    let inside = match *dim {
+        Dimension::Partitions { .. } => Dimension::Partitions { end: Some(&end) },
+        Dimension::Rows { partition, .. } => Dimension::Rows {
+            partition,
+            below: Some(&bound),
+        },
+    };
+    Ok(Some(
+        find_ceiling(p, &inside, reached).await?.unwrap_or(bound),
+    ))
+}

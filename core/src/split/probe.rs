@@ -291,6 +291,9 @@ async fn bisect(
     share: f64,
 ) -> tablevault_azure::Result<Option<String>> {
     let mut share = share;
+    // A key found at or above the bound (one a cluster's bound leaves out, or a
+    // ceiling a key reaches after all) is no answer: the keys below it are looked for.
+    let bound = hi.clone();
     while p.sent < MAX_PROBES {
         // The first probe goes where the caller wants the cut; when nothing lies at or
         // above it, the keys are lower, and halving finds them.
@@ -303,7 +306,12 @@ async fn bisect(
             return Ok(None);
         }
         match p.first_at(dim, &mid).await? {
-            Some(found) if cmp_keys(&found, lo).is_gt() => return Ok(Some(found)),
+            Some(found)
+                if cmp_keys(&found, lo).is_gt()
+                    && bound.as_deref().is_none_or(|b| cmp_keys(&found, b).is_lt()) =>
+            {
+                return Ok(Some(found));
+            }
             _ => hi = Some(mid),
         }
     }

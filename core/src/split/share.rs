@@ -2,7 +2,7 @@
 //! many entities, from the density read so far, and the equal pieces a large planned
 //! remainder is cut into for idle workers.
 
-use super::scale::{fraction, point_below};
+use super::scale::{bump, fraction, point_below};
 use crate::keys::cmp_keys;
 
 /// Where partitions are not paced, a partition an attempt has read this many entities
@@ -46,6 +46,9 @@ pub(super) struct CutShare {
     pub(super) share: f64,
     /// Entities the remainder is estimated to hold, when the density read says.
     pub(super) rest: Option<f64>,
+    /// Whether the share comes from the density read, so that a point that far along
+    /// by value divides the entities as a key found there would.
+    pub(super) by_value: bool,
 }
 
 impl CutShare {
@@ -59,25 +62,70 @@ impl CutShare {
 /// read from `from` up to `reached` in a dimension bounded by `hi` (a half when nothing
 /// is known), and the remainder's estimated size. With `outweigh` (a waiting task's
 /// estimate), `None` unless the remainder is estimated at twice that.
+///
+/// Where the whole read says the remainder is too small to split, the last page read
+/// (`recent`: where it began, how many entities it held) may say otherwise: keys can
+/// lie far denser further on than where the read began (a small tenant's keys, then a
+/// large one's), and then a task would read the rest alone, its estimate falling as it
+/// reads on. The remainder is then cut in half by probes, its size unknown.
 pub(super) fn cut_share(
     read: Option<(&str, u64)>,
+    recent: Option<(&str, u64)>,
     hi: Option<&str>,
     reached: &str,
     outweigh: Option<u64>,
 ) -> Option<CutShare> {
+    let unknown = CutShare {
+        share: 0.5,
+        rest: None,
+        by_value: false,
+    };
     let Some((from, entities)) = read else {
-        return outweigh.is_none().then_some(CutShare {
-            share: 0.5,
-            rest: None,
-        });
+        return outweigh.is_none().then_some(unknown);
     };
     let at = fraction(from, hi, reached);
     let rest = remainder_estimate(entities, at, 1.0 - at);
     if outweigh.is_some_and(|w| !rest.is_some_and(|r| r >= 2.0 * w as f64)) {
         return None;
     }
-    let share = balanced_share(entities, at, 1.0 - at)?;
-    Some(CutShare { share, rest })
+    match balanced_share(entities, at, 1.0 - at) {
+        Some(share) => Some(CutShare {
+            share,
+            rest,
+            by_value: true,
+        }),
+        None => (outweigh.is_none() && denser_further_on(recent, hi, reached)).then_some(unknown),
+    }
+}
+
+/// Where a cut's size is unknown, an upper bound that keeps a probed cut inside the
+/// cluster the task is reading: the successor of the prefix the last page's first key
+/// (`recent`) shares with `reached`, when the page covered so little of that prefix's
+/// space that enough to split lies ahead inside it. Without it the cut halves the
+/// whole remainder by key value: with a large tenant's keys below a small one's in
+/// another script, it fell at the small tenant, and one task read the large one alone.
+pub(super) fn cluster_bound(recent: Option<(&str, u64)>, reached: &str) -> Option<String> {
+    let (from, entities) = recent?;
+    let r: Vec<u16> = reached.encode_utf16().collect();
+    let common = from
+        .encode_utf16()
+        .zip(&r)
+        .take_while(|(a, b)| a == *b)
+        .count();
+    let bound = bump(&r, common.checked_sub(1)?, 1)?;
+    let at = fraction(from, Some(&bound), reached);
+    remainder_estimate(entities, at, 1.0 - at)
+        .is_some_and(|rest| rest >= MIN_SPLIT_ENTITIES as f64)
+        .then_some(bound)
+}
+
+/// Whether the last page read (`recent`) says the remainder from `reached` to `hi`
+/// holds enough to split.
+fn denser_further_on(recent: Option<(&str, u64)>, hi: Option<&str>, reached: &str) -> bool {
+    recent.is_some_and(|(from, entities)| {
+        let at = fraction(from, hi, reached);
+        remainder_estimate(entities, at, 1.0 - at).is_some_and(|r| r >= MIN_SPLIT_ENTITIES as f64)
+    })
 }
 
 /// Entities a piece handed to idle workers is cut to, at least: about what a tail

@@ -178,6 +178,7 @@ fn plain_read(first: &EntityKey, entities: u64) -> ReadSoFar<'_> {
         entities,
         partition: None,
         largest_partition: 0,
+        last_page: None,
         planned: true,
     }
 }
@@ -231,6 +232,7 @@ fn a_large_partition_is_cut_inside_even_when_later_ones_follow() {
                 continues,
             }),
             largest_partition: 2_000,
+            last_page: None,
             planned: true,
         };
         run(find_split(
@@ -281,6 +283,7 @@ fn a_density_read_mostly_from_one_large_partition_gives_no_pieces() {
             entities: 3_000,
             partition: None,
             largest_partition,
+            last_page: None,
             planned: true,
         };
         run(find_split(
@@ -408,6 +411,7 @@ fn idle_workers_get_the_rest_of_a_sized_range_in_pieces_that_hold_what_was_estim
             None,
             ceiling.as_ref(),
             Some(ReadSoFar {
+                last_page: None,
                 planned: false,
                 ..read
             }),
@@ -784,6 +788,7 @@ proptest! {
         ceiling in prop::option::of((key(), key())),
         read in prop::option::of((0usize..1000, 0u64..100_000)),
         part in prop::option::of((key(), 0u64..5_000, any::<bool>())),
+        page in prop::option::of((0usize..1000, 0u64..2_000, 0u64..2_000)),
         planned in any::<bool>(),
         rows in any::<bool>(),
     ) {
@@ -798,7 +803,10 @@ proptest! {
         // And any reading of the current partition: a wrong one costs balance only.
         let part_rk = part.as_ref().map(|(rk, _, _)| rk.clone());
         let partition = part.as_ref().zip(part_rk.as_deref()).map(|((_, n, c), first_rk)| PartitionRead { first_rk, entities: *n, continues: *c });
-        let read = first.as_ref().zip(read).map(|(first, (_, entities))| ReadSoFar { first, entities, partition, largest_partition: part.as_ref().map_or(0, |p| p.1), planned });
+        // And any last page.
+        let page_first = page.map(|(f, _, _)| t.0[f % t.0.len()].clone());
+        let last_page = page_first.as_ref().zip(page).map(|(first, (_, entities, largest_partition))| PageRead { first, entities, largest_partition });
+        let read = first.as_ref().zip(read).map(|(first, (_, entities))| ReadSoFar { first, entities, partition, largest_partition: part.as_ref().map_or(0, |p| p.1), last_page, planned });
         let split = run(find_split(&t, &after, None, end.as_ref(), ceiling.as_ref(), read, None, rows)).unwrap();
         let remainder: Vec<&EntityKey> = t.0.iter()
             .filter(|k| **k > after && end.as_ref().is_none_or(|e| *k < e))
@@ -928,6 +936,7 @@ fn split_at_every_page(t: &Sorted) {
             entities: read as u64,
             partition: None,
             largest_partition: 0,
+            last_page: None,
             planned: true,
         };
         let split = run(find_split(
@@ -948,6 +957,244 @@ fn split_at_every_page(t: &Sorted) {
             above * 10 >= rest.len(),
             "after {read}: the upper part holds {above} of {}",
             rest.len()
+        );
+    }
+}
+
+/// Regression: keys far denser further on than where the read began. A table of two
+/// tenants, 1,000 entities under `aaa-…` and 20,000 under `zzz-…`: read from `aaa-`,
+/// the tenant of 20,000 was a sliver at the top of the key space, estimated at a few
+/// entities, so one task read it all, its estimate falling as it read on. The last
+/// page read now says how densely keys lie where the task is.
+#[test]
+fn a_dense_tenant_after_a_sparse_one_is_split() {
+    let mut keys: Vec<EntityKey> = (0..1000)
+        .map(|i| EntityKey::new(format!("aaa-{:05}", i / 10), format!("{i:06}")))
+        .collect();
+    keys.extend(
+        (0..20_000).map(|i| EntityKey::new(format!("zzz-{:05}", i / 10), format!("{i:06}"))),
+    );
+    let t = Sorted::new(keys);
+    for read in [2000usize, 5000, 10_000] {
+        let after = &t.0[read - 1];
+        let page = PageRead {
+            first: &t.0[read - 1000],
+            entities: 1000,
+            largest_partition: 10,
+        };
+        let so_far = ReadSoFar {
+            first: &t.0[0],
+            entities: read as u64,
+            partition: None,
+            largest_partition: 10,
+            last_page: Some(page),
+            planned: true,
+        };
+        let next = t.0[read..].iter().find(|k| k.pk != after.pk);
+        let split = run(find_split(
+            &t,
+            after,
+            next,
+            None,
+            None,
+            Some(so_far),
+            None,
+            true,
+        ))
+        .unwrap()
+        .unwrap_or_else(|| panic!("no split after {read}"));
+        let rest = &t.0[read..];
+        let above = rest.iter().filter(|k| **k >= split.at).count();
+        assert!(
+            above * 5 >= rest.len(),
+            "after {read}: the upper part holds {above} of {}",
+            rest.len()
+        );
+        // A last page mostly of one partition says nothing of those after it.
+        let one_partition = ReadSoFar {
+            last_page: Some(PageRead {
+                largest_partition: 600,
+                ..page
+            }),
+            ..so_far
+        };
+        assert_eq!(
+            run(find_split(
+                &t,
+                after,
+                next,
+                None,
+                None,
+                Some(one_partition),
+                None,
+                true
+            ))
+            .unwrap(),
+            None
+        );
+    }
+}
+
+/// Regression: a large tenant's keys below a small tenant's in another script (so the
+/// density read is not carried over, and the cut is probed). Halving the whole
+/// remainder by key value found the small tenant's first key: each split gave away
+/// the small tenant, and one task read the large one alone. The cut now falls inside
+/// the cluster the last page read (the keys sharing its prefix).
+#[test]
+fn a_large_tenant_below_a_small_one_is_cut_inside() {
+    let mut keys: Vec<EntityKey> = (0..4000)
+        .map(|i| EntityKey::new(format!("j😊-{:05}", i / 10), format!("{i:05}")))
+        .collect();
+    keys.extend((0..500).map(|i| EntityKey::new(format!("丟＞-{:05}", i / 10), format!("{i:05}"))));
+    let t = Sorted::new(keys);
+    for read in [2000usize, 3000] {
+        let after = &t.0[read - 1];
+        let so_far = ReadSoFar {
+            first: &t.0[0],
+            entities: read as u64,
+            partition: None,
+            largest_partition: 10,
+            last_page: Some(PageRead {
+                first: &t.0[read - 1000],
+                entities: 1000,
+                largest_partition: 10,
+            }),
+            planned: true,
+        };
+        let next = t.0[read..].iter().find(|k| k.pk != after.pk);
+        let split = run(find_split(
+            &t,
+            after,
+            next,
+            None,
+            None,
+            Some(so_far),
+            None,
+            true,
+        ))
+        .unwrap()
+        .unwrap_or_else(|| panic!("no split after {read}"));
+        assert!(
+            split.at.pk.starts_with("j😊"),
+            "after {read}: cut at {:?}",
+            split.at
+        );
+        let rest = &t.0[read..];
+        let above = rest.iter().filter(|k| **k >= split.at).count();
+        assert!(
+            above * 10 >= rest.len() * 4,
+            "after {read}: the upper part holds {above} of {}",
+            rest.len()
+        );
+    }
+}
+
+/// How many entities a table's first task reads when it splits at every page (as if
+/// workers were always idle): pages of 1,000, the last page passed on.
+fn first_task_reads(t: &Sorted) -> (usize, Vec<EntityKey>) {
+    let mut end: Option<EntityKey> = None;
+    let mut cuts = Vec::new();
+    let mut read = 0usize;
+    let mut ceiling: Option<EntityKey> = None;
+    loop {
+        let in_range = |k: &EntityKey| end.as_ref().is_none_or(|e| k < e);
+        let page_end = (read + 1000).min(t.0.len());
+        let page: Vec<&EntityKey> = t.0[read..page_end].iter().filter(|k| in_range(k)).collect();
+        if page.is_empty() {
+            return (read, cuts);
+        }
+        let page_first = page[0].clone();
+        read += page.len();
+        if read >= t.0.len() || !in_range(&t.0[read]) {
+            return (read, cuts);
+        }
+        let after = t.0[read - 1].clone();
+        let mut largest = 0;
+        let mut run_len = 0;
+        let mut last_pk: Option<&str> = None;
+        for k in &page {
+            if last_pk != Some(k.pk.as_str()) {
+                run_len = 0;
+            }
+            run_len += 1;
+            largest = largest.max(run_len);
+            last_pk = Some(&k.pk);
+        }
+        let so_far = ReadSoFar {
+            first: &t.0[0],
+            entities: read as u64,
+            partition: None,
+            largest_partition: largest as u64,
+            last_page: Some(PageRead {
+                first: &page_first,
+                entities: page.len() as u64,
+                largest_partition: largest as u64,
+            }),
+            planned: true,
+        };
+        let seen_next = t.0[read..(read + 1000).min(t.0.len())]
+            .iter()
+            .find(|k| k.pk != after.pk && in_range(k))
+            .cloned();
+        if let Some(split) = run(find_split(
+            t,
+            &after,
+            seen_next.as_ref(),
+            end.as_ref(),
+            ceiling.as_ref(),
+            Some(so_far),
+            None,
+            true,
+        ))
+        .unwrap()
+        {
+            ceiling = split.ceiling.clone().or(ceiling);
+            end = Some(split.at.clone());
+            cuts.push(split.at);
+        }
+    }
+}
+
+/// Splitting at every page (as if workers were always idle), a table's first task
+/// reads a bounded share of it, whatever the shape: sequential, GUID and one-partition
+/// keys, keys from every region, and two tenants either way round (in one script and
+/// in two). Cuts placed by value in the gap between two tenants hand out empty ranges
+/// until they come down to the keys, so that shape costs the most.
+#[test]
+fn the_first_task_reads_a_bounded_share_of_every_shape() {
+    let tenants = |large: &str, small: &str| {
+        let mut keys: Vec<EntityKey> = (0..20_000)
+            .map(|i| EntityKey::new(format!("{large}-{:05}", i / 10), format!("{i:05}")))
+            .collect();
+        keys.extend(
+            (0..1000).map(|i| EntityKey::new(format!("{small}-{:05}", i / 10), format!("{i:05}"))),
+        );
+        Sorted::new(keys)
+    };
+    for (name, t, share) in [
+        ("sequential", sequential(21_000), 0.15),
+        ("guid", guid_partitions(21_000), 0.15),
+        ("one partition", one_partition("p", 21_000), 0.15),
+        ("every region", keys_of_every_region(21_000), 0.15),
+        ("large tenant below", tenants("aaa", "zzz"), 0.4),
+        ("large tenant above", tenants("zzz", "aaa"), 0.25),
+        (
+            "large tenant below, two scripts",
+            tenants("j😊", "丟"),
+            0.15,
+        ),
+        (
+            "large tenant above, two scripts",
+            tenants("丟", "j😊"),
+            0.25,
+        ),
+    ] {
+        let (read, cuts) = first_task_reads(&t);
+        assert!(
+            read as f64 <= share * t.0.len() as f64,
+            "{name}: the first task read {read} of {} ({} cuts: {cuts:?})",
+            t.0.len(),
+            cuts.len()
         );
     }
 }
