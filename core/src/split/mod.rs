@@ -323,9 +323,6 @@ pub async fn find_split(
     }))
 }
 
-#[cfg(test)]
-mod tests;
-
 /// Where a cut's size is unknown, the bound to cut below: the bound of the cluster the
 /// task is reading ([`cluster_bound`]: the keys that share a prefix with the last page),
 /// tightened by probes to just above its keys, where it is below `hi`. Halving the
@@ -356,3 +353,6 @@ async fn cluster_or(
         find_ceiling(p, &inside, reached).await?.unwrap_or(bound),
     ))
 }
+
+#[cfg(test)]
+mod tests;

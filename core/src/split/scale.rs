@@ -105,9 +105,7 @@ impl Scale {
     fn new(lo: &str, hi: Option<&str>, places: usize, also: &[&str]) -> Self {
         let a: Vec<u16> = lo.encode_utf16().collect();
         let b: Option<Vec<u16>> = hi.map(|h| h.encode_utf16().collect());
-        let common = b
-            .as_ref()
-            .map_or(0, |b| a.iter().zip(b).take_while(|(x, y)| x == y).count());
+        let common = b.as_ref().map_or(0, |b| common_units(&a, b));
         let alpha = match &b {
             Some(b) => {
                 let tail = |v: &[u16]| v[common..].iter().take(places).copied().collect::<Vec<_>>();
@@ -198,6 +196,11 @@ pub fn point_at(lo: &str, hi: Option<&str>, share: f64) -> String {
     }
 }
 
+/// How many UTF-16 units two keys share from their start.
+pub(super) fn common_units(a: &[u16], b: &[u16]) -> usize {
+    a.iter().zip(b).take_while(|(x, y)| x == y).count()
+}
+
 /// Places [`fraction`] reads: seven of a ~100-letter alphabet stay within a u64 and an
 /// f64's exact integers.
 const FRACTION_PLACES: usize = 7;
@@ -279,9 +282,7 @@ pub(super) fn point_below(lo: &str, hi: &str, share: f64) -> Option<String> {
 pub(super) fn one_region(from: &str, reached: &str, hi: Option<&str>) -> bool {
     let a: Vec<u16> = from.encode_utf16().collect();
     let b: Option<Vec<u16>> = hi.map(|h| h.encode_utf16().collect());
-    let common = b
-        .as_ref()
-        .map_or(0, |b| a.iter().zip(b).take_while(|(x, y)| x == y).count());
+    let common = b.as_ref().map_or(0, |b| common_units(&a, b));
     let r: Vec<u16> = reached.encode_utf16().collect();
     let low = |u: &u16| *u <= 0xA0;
     let mut regions = [Some(&a), Some(&r), b.as_ref()]

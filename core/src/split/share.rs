@@ -2,7 +2,7 @@
 //! many entities, from the density read so far, and the equal pieces a large planned
 //! remainder is cut into for idle workers.
 
-use super::scale::{bump, fraction, point_below};
+use super::scale::{bump, common_units, fraction, point_below};
 use crate::keys::cmp_keys;
 
 /// Where partitions are not paced, a partition an attempt has read this many entities
@@ -107,25 +107,27 @@ pub(super) fn cut_share(
 pub(super) fn cluster_bound(recent: Option<(&str, u64)>, reached: &str) -> Option<String> {
     let (from, entities) = recent?;
     let r: Vec<u16> = reached.encode_utf16().collect();
-    let common = from
-        .encode_utf16()
-        .zip(&r)
-        .take_while(|(a, b)| a == *b)
-        .count();
+    let common = common_units(&from.encode_utf16().collect::<Vec<_>>(), &r);
     let bound = bump(&r, common.checked_sub(1)?, 1)?;
-    let at = fraction(from, Some(&bound), reached);
-    remainder_estimate(entities, at, 1.0 - at)
+    rest_after((from, entities), Some(&bound), reached)
         .is_some_and(|rest| rest >= MIN_SPLIT_ENTITIES as f64)
         .then_some(bound)
+}
+
+/// Entities left between `reached` and `hi` if keys lie there as densely as the
+/// `entities` read from `from` up to `reached` did ([`remainder_estimate`] in the space
+/// [`fraction`] measures).
+fn rest_after((from, entities): (&str, u64), hi: Option<&str>, reached: &str) -> Option<f64> {
+    let at = fraction(from, hi, reached);
+    remainder_estimate(entities, at, 1.0 - at)
 }
 
 /// Whether the last page read (`recent`) says the remainder from `reached` to `hi`
 /// holds enough to split.
 fn denser_further_on(recent: Option<(&str, u64)>, hi: Option<&str>, reached: &str) -> bool {
-    recent.is_some_and(|(from, entities)| {
-        let at = fraction(from, hi, reached);
-        remainder_estimate(entities, at, 1.0 - at).is_some_and(|r| r >= MIN_SPLIT_ENTITIES as f64)
-    })
+    recent
+        .and_then(|read| rest_after(read, hi, reached))
+        .is_some_and(|rest| rest >= MIN_SPLIT_ENTITIES as f64)
 }
 
 /// Entities a piece handed to idle workers is cut to, at least: about what a tail
