@@ -28,7 +28,7 @@ pub use share::{
 
 use probe::{Dimension, Prober, cut_value, find_ceiling};
 use scale::one_region;
-use share::{cluster_bound, cut_share, fan_out};
+use share::{cut_share, fan_out};
 
 use crate::keys::{EntityKey, cmp_keys};
 
@@ -223,12 +223,7 @@ pub async fn find_split(
                 at
             } else {
                 estimate = cut.upper();
-                let hi = if cut.by_value {
-                    hi
-                } else {
-                    cluster_or(&mut p, &across, hi, page, &next.pk).await?
-                };
-                let pk = cut_value(&mut p, &across, &next.pk, hi, cut.share, cut.by_value)
+                let pk = cut_value(&mut p, &across, &next.pk, hi, cut.share, cut.by_value, page)
                     .await?
                     .unwrap_or(next.pk);
                 EntityKey::partition_start(pk)
@@ -299,12 +294,17 @@ pub async fn find_split(
                 at
             } else {
                 estimate = cut.upper();
-                let hi = if cut.by_value {
-                    hi
-                } else {
-                    cluster_or(&mut p, &inside, hi, page, &after.rk).await?
-                };
-                match cut_value(&mut p, &inside, &after.rk, hi, cut.share, cut.by_value).await? {
+                match cut_value(
+                    &mut p,
+                    &inside,
+                    &after.rk,
+                    hi,
+                    cut.share,
+                    cut.by_value,
+                    page,
+                )
+                .await?
+                {
                     Some(rk) => EntityKey::new(&after.pk, rk),
                     None => return Ok(None),
                 }
@@ -321,37 +321,6 @@ pub async fn find_split(
         estimate,
         pieces,
     }))
-}
-
-/// Where a cut's size is unknown, the bound to cut below: the bound of the cluster the
-/// task is reading ([`cluster_bound`]: the keys that share a prefix with the last page),
-/// tightened by probes to just above its keys, where it is below `hi`. Halving the
-/// whole remainder by key value would give the cut to whatever lies beyond the
-/// cluster, however few entities that holds.
-async fn cluster_or(
-    p: &mut Prober<'_>,
-    dim: &Dimension<'_>,
-    hi: Option<String>,
-    page: Option<(&str, u64)>,
-    reached: &str,
-) -> tablevault_azure::Result<Option<String>> {
-    let Some(bound) = cluster_bound(page, reached)
-        .filter(|c| hi.as_deref().is_none_or(|h| cmp_keys(c, h).is_lt()))
-    else {
-        return Ok(hi);
-    };
-    // `bound` is below `hi`, so below the dimension's own end too.
-    let end = EntityKey::partition_start(bound.clone());
-    let inside = match *dim {
-        Dimension::Partitions { .. } => Dimension::Partitions { end: Some(&end) },
-        Dimension::Rows { partition, .. } => Dimension::Rows {
-            partition,
-            below: Some(&bound),
-        },
-    };
-    Ok(Some(
-        find_ceiling(p, &inside, reached).await?.unwrap_or(bound),
-    ))
 }
 
 #[cfg(test)]

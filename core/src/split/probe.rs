@@ -8,6 +8,7 @@ use async_trait::async_trait;
 use tablevault_azure::table::{Cmp, Filter};
 
 use super::scale::{bump, point_at, point_below};
+use super::share::cluster_bound;
 use crate::keys::{EntityKey, cmp_keys};
 
 /// One `$top=1` question about a table: the first key matching it, in key order.
@@ -321,7 +322,8 @@ async fn bisect(
 /// Where to cut a dimension between `lo` and `hi` a `share` of the way: at that value
 /// itself when the density read is known (`by_value`) and it lies strictly between
 /// the bounds (the key at it would divide the entities the same way), else at the
-/// first value probes find there ([`bisect`]).
+/// first value probes find there ([`bisect`]); when the density is not known, below
+/// the bound of the cluster the last page read (`page`, see [`cluster_or`]).
 pub(super) async fn cut_value(
     p: &mut Prober<'_>,
     dim: &Dimension<'_>,
@@ -329,13 +331,45 @@ pub(super) async fn cut_value(
     hi: Option<String>,
     share: f64,
     by_value: bool,
+    page: Option<(&str, u64)>,
 ) -> tablevault_azure::Result<Option<String>> {
-    if let Some(at) = hi
-        .as_deref()
-        .filter(|_| by_value)
-        .and_then(|h| point_below(lo, h, share))
-    {
+    if !by_value {
+        let hi = cluster_or(p, dim, hi, page, lo).await?;
+        return bisect(p, dim, lo, hi, share).await;
+    }
+    if let Some(at) = hi.as_deref().and_then(|h| point_below(lo, h, share)) {
         return Ok(Some(at));
     }
     bisect(p, dim, lo, hi, share).await
+}
+
+/// Where a cut's size is unknown, the bound to cut below: the bound of the cluster the
+/// task is reading ([`cluster_bound`]: the keys that share a prefix with the last page),
+/// tightened by probes to just above its keys, where it is below `hi`. Halving the
+/// whole remainder by key value would give the cut to whatever lies beyond the
+/// cluster, however few entities that holds.
+async fn cluster_or(
+    p: &mut Prober<'_>,
+    dim: &Dimension<'_>,
+    hi: Option<String>,
+    page: Option<(&str, u64)>,
+    reached: &str,
+) -> tablevault_azure::Result<Option<String>> {
+    let Some(bound) = cluster_bound(page, reached)
+        .filter(|c| hi.as_deref().is_none_or(|h| cmp_keys(c, h).is_lt()))
+    else {
+        return Ok(hi);
+    };
+    // `bound` is below `hi`, so below the dimension's own end too.
+    let end = EntityKey::partition_start(bound.clone());
+    let inside = match *dim {
+        Dimension::Partitions { .. } => Dimension::Partitions { end: Some(&end) },
+        Dimension::Rows { partition, .. } => Dimension::Rows {
+            partition,
+            below: Some(&bound),
+        },
+    };
+    Ok(Some(
+        find_ceiling(p, &inside, reached).await?.unwrap_or(bound),
+    ))
 }

@@ -928,35 +928,50 @@ fn a_table_whose_keys_begin_in_every_region_is_split() {
     }
 }
 
+/// A table's first task splitting after it read the first `read` keys of `t`, as the
+/// worker calls it: the first key of another partition among the next 1,000 (the page
+/// read ahead), and, with `page_largest`, the last 1,000 keys read as its last page, at
+/// most that many of them in one partition. Returns the split and how many of the
+/// remaining keys lie at or above its cut.
+fn split_after(t: &Sorted, read: usize, page_largest: Option<u64>) -> Option<(Split, usize)> {
+    let after = &t.0[read - 1];
+    let so_far = ReadSoFar {
+        first: &t.0[0],
+        entities: read as u64,
+        partition: None,
+        largest_partition: 10,
+        last_page: page_largest.map(|largest_partition| PageRead {
+            first: &t.0[read - 1000],
+            entities: 1000,
+            largest_partition,
+        }),
+        planned: true,
+    };
+    let ahead = &t.0[read..(read + 1000).min(t.0.len())];
+    let next = ahead.iter().find(|k| k.pk != after.pk);
+    let split = run(find_split(
+        t,
+        after,
+        next,
+        None,
+        None,
+        Some(so_far),
+        None,
+        true,
+    ))
+    .unwrap()?;
+    let above = t.0[read..].iter().filter(|k| **k >= split.at).count();
+    Some((split, above))
+}
+
 fn split_at_every_page(t: &Sorted) {
     for read in [1000usize, 1500, 2000, 2500] {
-        let after = &t.0[read - 1];
-        let so_far = ReadSoFar {
-            first: &t.0[0],
-            entities: read as u64,
-            partition: None,
-            largest_partition: 0,
-            last_page: None,
-            planned: true,
-        };
-        let split = run(find_split(
-            t,
-            after,
-            Some(&t.0[read]),
-            None,
-            None,
-            Some(so_far),
-            None,
-            true,
-        ))
-        .unwrap()
-        .unwrap_or_else(|| panic!("no split after {read} of {}", t.0.len()));
-        let rest = &t.0[read..];
-        let above = rest.iter().filter(|k| **k >= split.at).count();
+        let (_, above) = split_after(t, read, None)
+            .unwrap_or_else(|| panic!("no split after {read} of {}", t.0.len()));
+        let rest = t.0.len() - read;
         assert!(
-            above * 10 >= rest.len(),
-            "after {read}: the upper part holds {above} of {}",
-            rest.len()
+            above * 10 >= rest,
+            "after {read}: the upper part holds {above} of {rest}"
         );
     }
 }
@@ -976,62 +991,15 @@ fn a_dense_tenant_after_a_sparse_one_is_split() {
     );
     let t = Sorted::new(keys);
     for read in [2000usize, 5000, 10_000] {
-        let after = &t.0[read - 1];
-        let page = PageRead {
-            first: &t.0[read - 1000],
-            entities: 1000,
-            largest_partition: 10,
-        };
-        let so_far = ReadSoFar {
-            first: &t.0[0],
-            entities: read as u64,
-            partition: None,
-            largest_partition: 10,
-            last_page: Some(page),
-            planned: true,
-        };
-        let next = t.0[read..].iter().find(|k| k.pk != after.pk);
-        let split = run(find_split(
-            &t,
-            after,
-            next,
-            None,
-            None,
-            Some(so_far),
-            None,
-            true,
-        ))
-        .unwrap()
-        .unwrap_or_else(|| panic!("no split after {read}"));
-        let rest = &t.0[read..];
-        let above = rest.iter().filter(|k| **k >= split.at).count();
+        let (_, above) =
+            split_after(&t, read, Some(10)).unwrap_or_else(|| panic!("no split after {read}"));
+        let rest = t.0.len() - read;
         assert!(
-            above * 5 >= rest.len(),
-            "after {read}: the upper part holds {above} of {}",
-            rest.len()
+            above * 5 >= rest,
+            "after {read}: the upper part holds {above} of {rest}"
         );
         // A last page mostly of one partition says nothing of those after it.
-        let one_partition = ReadSoFar {
-            last_page: Some(PageRead {
-                largest_partition: 600,
-                ..page
-            }),
-            ..so_far
-        };
-        assert_eq!(
-            run(find_split(
-                &t,
-                after,
-                next,
-                None,
-                None,
-                Some(one_partition),
-                None,
-                true
-            ))
-            .unwrap(),
-            None
-        );
+        assert_eq!(split_after(&t, read, Some(600)), None);
     }
 }
 
@@ -1048,43 +1016,17 @@ fn a_large_tenant_below_a_small_one_is_cut_inside() {
     keys.extend((0..500).map(|i| EntityKey::new(format!("丟＞-{:05}", i / 10), format!("{i:05}"))));
     let t = Sorted::new(keys);
     for read in [2000usize, 3000] {
-        let after = &t.0[read - 1];
-        let so_far = ReadSoFar {
-            first: &t.0[0],
-            entities: read as u64,
-            partition: None,
-            largest_partition: 10,
-            last_page: Some(PageRead {
-                first: &t.0[read - 1000],
-                entities: 1000,
-                largest_partition: 10,
-            }),
-            planned: true,
-        };
-        let next = t.0[read..].iter().find(|k| k.pk != after.pk);
-        let split = run(find_split(
-            &t,
-            after,
-            next,
-            None,
-            None,
-            Some(so_far),
-            None,
-            true,
-        ))
-        .unwrap()
-        .unwrap_or_else(|| panic!("no split after {read}"));
+        let (split, above) =
+            split_after(&t, read, Some(10)).unwrap_or_else(|| panic!("no split after {read}"));
         assert!(
             split.at.pk.starts_with("j😊"),
             "after {read}: cut at {:?}",
             split.at
         );
-        let rest = &t.0[read..];
-        let above = rest.iter().filter(|k| **k >= split.at).count();
+        let rest = t.0.len() - read;
         assert!(
-            above * 10 >= rest.len() * 4,
-            "after {read}: the upper part holds {above} of {}",
-            rest.len()
+            above * 10 >= rest * 4,
+            "after {read}: the upper part holds {above} of {rest}"
         );
     }
 }
