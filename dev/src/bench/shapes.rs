@@ -45,6 +45,7 @@ const SHAPES: &[&str] = &[
     "guid",
     "zipf",
     "one-partition",
+    "tenants",
     "small-tables",
 ];
 
@@ -120,6 +121,17 @@ fn shaped(shape: &str, i: u64, n: u64, small_tables: u64) -> (u64, Entity) {
             (0, guid(1_000_000 + rank), format!("order-{i:010}"))
         }
         "one-partition" => (0, "tenant-0001".to_string(), format!("order-{i:010}")),
+        // Two tenants far apart in the key space: a small one (5%) below a large one, so a
+        // first backup's first pages say little of the rest.
+        "tenants" => {
+            let small = n / 20;
+            let pk = if i < small {
+                format!("acme-{:05}", i / 50)
+            } else {
+                format!("zeta-{:05}", (i - small) / 50)
+            };
+            (0, pk, format!("order-{i:010}"))
+        }
         _ => {
             let per = n.div_ceil(small_tables.max(1));
             (
