@@ -208,18 +208,60 @@ const FRACTION_PLACES: usize = 7;
 /// Where `key` lies between `lo` (0) and `hi` (1; `None` is the top of the key space),
 /// in the space [`point_at`] cuts in, read to more places. Keys outside are clamped.
 pub fn fraction(lo: &str, hi: Option<&str>, key: &str) -> f64 {
+    match steps(lo, hi, key) {
+        Steps::Below => 0.0,
+        Steps::Above => 1.0,
+        Steps::Between { up, span } => (up as f64 / span as f64).clamp(0.0, 1.0),
+    }
+}
+
+/// Fewest steps of the last place [`fraction`] reads that a key must lie above `lo` for
+/// its fraction to measure a density: below that, rounding in the last place is most
+/// of the distance (keys that share a long prefix, far below the bound, read as 0 or a
+/// few steps, and a thousand entities over them as trillions in the rest).
+const MEASURED_STEPS: u64 = 64;
+
+/// [`fraction`], when it is fine enough to extrapolate a density from: `None` when
+/// `key` lies within [`MEASURED_STEPS`] of `lo` in the space it reads.
+pub(super) fn measured_fraction(lo: &str, hi: Option<&str>, key: &str) -> Option<f64> {
+    match steps(lo, hi, key) {
+        Steps::Between { up, span } if up >= MEASURED_STEPS => {
+            Some((up as f64 / span as f64).clamp(0.0, 1.0))
+        }
+        Steps::Above => Some(1.0),
+        _ => None,
+    }
+}
+
+/// Where a key lies in the space [`fraction`] reads between two bounds.
+enum Steps {
+    /// At or below `lo`, outside the bounds' common prefix.
+    Below,
+    /// Above the bounds, or they leave no room.
+    Above,
+    /// `up` steps above `lo`, of `span` to `hi`.
+    Between { up: u64, span: u64 },
+}
+
+fn steps(lo: &str, hi: Option<&str>, key: &str) -> Steps {
     let scale = Scale::new(lo, hi, FRACTION_PLACES, &[key]);
     let k: Vec<u16> = key.encode_utf16().collect();
     let prefix = &scale.lo[..scale.common];
     if !k.starts_with(prefix) {
-        return if cmp_keys(key, lo).is_le() { 0.0 } else { 1.0 };
+        return if cmp_keys(key, lo).is_le() {
+            Steps::Below
+        } else {
+            Steps::Above
+        };
     }
     let (low, high) = (scale.low(), scale.high);
     if high <= low {
-        return 1.0;
+        return Steps::Above;
     }
-    let v = scale.value(&k);
-    (v.saturating_sub(low) as f64 / (high - low) as f64).clamp(0.0, 1.0)
+    Steps::Between {
+        up: scale.value(&k).saturating_sub(low),
+        span: high - low,
+    }
 }
 
 /// Adds `amount` units at position `pos` of `s`, read as a number in the dense alphabet's rank

@@ -2,7 +2,7 @@
 //! many entities, from the density read so far, and the equal pieces a large planned
 //! remainder is cut into for idle workers.
 
-use super::scale::{bump, common_units, fraction, point_below};
+use super::scale::{bump, common_units, measured_fraction, point_below};
 use crate::keys::cmp_keys;
 
 /// Where partitions are not paced, a partition an attempt has read this many entities
@@ -80,21 +80,28 @@ pub(super) fn cut_share(
         rest: None,
         by_value: false,
     };
-    let Some((from, entities)) = read else {
+    // What was read measures a density only if the position reached lies far enough
+    // along in the space cut in.
+    let Some(((_, entities), at)) =
+        read.and_then(|(from, n)| Some(((from, n), measured_fraction(from, hi, reached)?)))
+    else {
         return outweigh.is_none().then_some(unknown);
     };
-    let at = fraction(from, hi, reached);
     let rest = remainder_estimate(entities, at, 1.0 - at);
     if outweigh.is_some_and(|w| !rest.is_some_and(|r| r >= 2.0 * w as f64)) {
         return None;
     }
-    match balanced_share(entities, at, 1.0 - at) {
-        Some(share) => Some(CutShare {
+    match (balanced_share(entities, at, 1.0 - at), rest) {
+        // Placed by value only where the density is known.
+        (Some(share), Some(_)) => Some(CutShare {
             share,
             rest,
             by_value: true,
         }),
-        None => (outweigh.is_none() && denser_further_on(recent, hi, reached)).then_some(unknown),
+        (Some(_), None) => Some(unknown),
+        (None, _) => {
+            (outweigh.is_none() && denser_further_on(recent, hi, reached)).then_some(unknown)
+        }
     }
 }
 
@@ -116,18 +123,23 @@ pub(super) fn cluster_bound(recent: Option<(&str, u64)>, reached: &str) -> Optio
 
 /// Entities left between `reached` and `hi` if keys lie there as densely as the
 /// `entities` read from `from` up to `reached` did ([`remainder_estimate`] in the space
-/// [`fraction`] measures).
+/// [`measured_fraction`] measures).
 fn rest_after((from, entities): (&str, u64), hi: Option<&str>, reached: &str) -> Option<f64> {
-    let at = fraction(from, hi, reached);
+    let at = measured_fraction(from, hi, reached)?;
     remainder_estimate(entities, at, 1.0 - at)
 }
 
 /// Whether the last page read (`recent`) says the remainder from `reached` to `hi`
 /// holds enough to split.
 fn denser_further_on(recent: Option<(&str, u64)>, hi: Option<&str>, reached: &str) -> bool {
-    recent
-        .and_then(|read| rest_after(read, hi, reached))
-        .is_some_and(|rest| rest >= MIN_SPLIT_ENTITIES as f64)
+    let Some((from, entities)) = recent else {
+        return false;
+    };
+    // A page too short to measure in the space up to `hi` is as dense as it gets.
+    measured_fraction(from, hi, reached).is_none_or(|at| {
+        remainder_estimate(entities, at, 1.0 - at)
+            .is_some_and(|rest| rest >= MIN_SPLIT_ENTITIES as f64)
+    })
 }
 
 /// Entities a piece handed to idle workers is cut to, at least: about what a tail

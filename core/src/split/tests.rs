@@ -1140,3 +1140,208 @@ fn the_first_task_reads_a_bounded_share_of_every_shape() {
         );
     }
 }
+
+/// A task of [`backup_tasks`]: its range, what it read, and how it was made.
+struct SimTask {
+    start: Option<EntityKey>,
+    end: Option<EntityKey>,
+    ceiling: Option<EntityKey>,
+    planned: bool,
+    /// Index of the next key to read.
+    at: usize,
+    first: Option<usize>,
+    read: usize,
+    last_page: Option<(usize, usize, u64)>,
+    largest_partition: u64,
+}
+
+/// Entities per task of a backup of `t` by `workers` workers, modelled on the product:
+/// one planned task for the whole table; in each round every busy worker reads a page of
+/// 1,000 of its task and, while no task waits and a worker is idle, splits the rest
+/// (upper parts queued, the top one with the ceiling); idle workers take queued tasks.
+fn backup_tasks(t: &Sorted, workers: usize) -> Vec<usize> {
+    let new_task = |start, end, ceiling, planned| SimTask {
+        start,
+        end,
+        ceiling,
+        planned,
+        at: 0,
+        first: None,
+        read: 0,
+        last_page: None,
+        largest_partition: 0,
+    };
+    let mut queue = std::collections::VecDeque::from([new_task(None, None, None, true)]);
+    let mut running: Vec<SimTask> = Vec::new();
+    let mut done = Vec::new();
+    while !queue.is_empty() || !running.is_empty() {
+        while running.len() < workers {
+            let Some(mut task) = queue.pop_front() else {
+                break;
+            };
+            task.at = task
+                .start
+                .as_ref()
+                .map_or(0, |s| t.0.partition_point(|k| k < s));
+            running.push(task);
+        }
+        let mut still = Vec::new();
+        for mut task in running.drain(..) {
+            let in_range = |i: usize, end: &Option<EntityKey>| {
+                i < t.0.len() && end.as_ref().is_none_or(|e| t.0[i] < *e)
+            };
+            let page_start = task.at;
+            while task.at < page_start + 1000 && in_range(task.at, &task.end) {
+                task.at += 1;
+            }
+            let n = task.at - page_start;
+            if n > 0 {
+                task.first.get_or_insert(page_start);
+                task.read += n;
+                let mut largest = 0;
+                let mut run_len = 0;
+                for i in page_start..task.at {
+                    run_len = if i > page_start && t.0[i].pk == t.0[i - 1].pk {
+                        run_len + 1
+                    } else {
+                        1
+                    };
+                    largest = largest.max(run_len);
+                }
+                task.last_page = Some((page_start, n, largest as u64));
+                task.largest_partition = task.largest_partition.max(largest as u64);
+            }
+            if !in_range(task.at, &task.end) || n < 1000 {
+                done.push(task.read);
+                continue;
+            }
+            if queue.is_empty() && still.len() + 1 < workers {
+                let after = &t.0[task.at - 1];
+                let ahead = task.at..(task.at + 1000).min(t.0.len());
+                let next = t.0[ahead]
+                    .iter()
+                    .find(|k| k.pk != after.pk && task.end.as_ref().is_none_or(|e| *k < e));
+                let (ps, pn, pl) = task.last_page.unwrap();
+                // What it read of the partition it is in.
+                let task_first = task.first.unwrap();
+                let mut part_first = task.at - 1;
+                while part_first > task_first && t.0[part_first - 1].pk == after.pk {
+                    part_first -= 1;
+                }
+                let so_far = ReadSoFar {
+                    first: &t.0[task_first],
+                    entities: task.read as u64,
+                    partition: Some(PartitionRead {
+                        first_rk: &t.0[part_first].rk,
+                        entities: (task.at - part_first) as u64,
+                        continues: t.0.get(task.at).is_some_and(|k| k.pk == after.pk),
+                    }),
+                    largest_partition: task.largest_partition.max((task.at - part_first) as u64),
+                    last_page: Some(PageRead {
+                        first: &t.0[ps],
+                        entities: pn as u64,
+                        largest_partition: pl,
+                    }),
+                    planned: task.planned,
+                };
+                if let Some(split) = run(find_split(
+                    t,
+                    after,
+                    next,
+                    task.end.as_ref(),
+                    task.ceiling.as_ref(),
+                    Some(so_far),
+                    None,
+                    true,
+                ))
+                .unwrap()
+                {
+                    let starts: Vec<EntityKey> = std::iter::once(split.at.clone())
+                        .chain(split.pieces.clone())
+                        .collect();
+                    for (i, start) in starts.iter().enumerate() {
+                        let top = i + 1 == starts.len();
+                        let end = if top {
+                            task.end.clone()
+                        } else {
+                            Some(starts[i + 1].clone())
+                        };
+                        queue.push_back(new_task(
+                            Some(start.clone()),
+                            end,
+                            if top { split.ceiling.clone() } else { None },
+                            false,
+                        ));
+                    }
+                    task.end = Some(split.at);
+                    task.ceiling = None;
+                }
+            }
+            still.push(task);
+        }
+        running = still;
+    }
+    done
+}
+
+/// A backup of every shape by four workers, modelled on the product ([`backup_tasks`]):
+/// its tasks read the whole table once (they tile it), and none reads a quarter of it.
+/// Two tenants either way round and in one or two scripts, Zipf-like partition sizes,
+/// sequential, GUID and one-partition keys, keys from every region and keys sharing a
+/// prefix; 50,000 entities each (GUID 20,000).
+#[test]
+fn four_workers_share_every_shape() {
+    let tenants = |large: &str, small: &str| {
+        let mut keys: Vec<EntityKey> = (0..47_500)
+            .map(|i| EntityKey::new(format!("{large}-{:05}", i / 50), format!("{i:05}")))
+            .collect();
+        keys.extend(
+            (0..2500).map(|i| EntityKey::new(format!("{small}-{:05}", i / 50), format!("{i:05}"))),
+        );
+        Sorted::new(keys)
+    };
+    let zipf = {
+        let n = 50_000u64;
+        let parts = n / 100;
+        let h: f64 = (1..=parts).map(|r| 1.0 / r as f64).sum();
+        Sorted::new(
+            (0..n)
+                .map(|i| {
+                    let target = (i as f64 + 0.5) / n as f64 * h;
+                    let mut acc = 0.0;
+                    let mut rank = parts;
+                    for r in 1..=parts {
+                        acc += 1.0 / r as f64;
+                        if acc >= target {
+                            rank = r;
+                            break;
+                        }
+                    }
+                    EntityKey::new(guid(1_000_000 + rank), format!("order-{i:010}"))
+                })
+                .collect(),
+        )
+    };
+    for (name, t) in [
+        ("tenants, small first", tenants("zzz", "aaa")),
+        ("tenants, large first", tenants("aaa", "zzz")),
+        ("tenants, large first, two scripts", tenants("j😊", "丟")),
+        ("tenants, small first, two scripts", tenants("丟", "j😊")),
+        ("zipf", zipf),
+        ("sequential", sequential(50_000)),
+        ("guid", guid_partitions(20_000)),
+        ("one partition", one_partition("p", 50_000)),
+        ("every region", keys_of_every_region(50_000)),
+        ("shared prefix", shared_prefix_then_every_region(50_000)),
+    ] {
+        let tasks = backup_tasks(&t, 4);
+        let total: usize = tasks.iter().sum();
+        let largest = *tasks.iter().max().unwrap();
+        assert_eq!(total, t.0.len(), "{name}: every key read once");
+        assert!(
+            largest * 4 < total,
+            "{name}: a task read {largest} of {total} ({} tasks: {tasks:?})",
+            tasks.len()
+        );
+    }
+}
