@@ -2,7 +2,7 @@
 //! steps (leases, settling, commits, block writing) where Azurite cannot produce the fault
 //! under test: an answer lost after the write landed, a 409 on a retried create, a stale
 //! pop receipt at a chosen moment. Visibility timeouts follow tokio's clock, so tests can
-//! pause and advance time.
+//! pause and advance time. Also the key characters tests of splitting draw from.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Mutex;
@@ -726,5 +726,32 @@ impl TaskQueue for CrashingQueue {
     async fn first_waiting(&self) -> Result<Option<String>> {
         // A read that changes nothing: not a protocol step a crash could fall before.
         self.inner.first_waiting().await
+    }
+}
+
+/// Ranges of code points the tests of splitting draw key characters from: printable
+/// ASCII, Latin-1, CJK, private use, the top of the BMP (above the surrogates in UTF-16
+/// order, below astral characters in code point order) and astral characters. Their
+/// orders disagree, and the split arithmetic ranks them differently.
+pub const KEY_CHAR_CLASSES: &[(u32, u32)] = &[
+    (0x20, 0x7E),
+    (0xA0, 0xFF),
+    (0x4E00, 0x4E20),
+    (0xE000, 0xE008),
+    (0xFF00, 0xFFFD),
+    (0x1F600, 0x1F620),
+    (0x10000, 0x10008),
+];
+
+/// A key character from [`KEY_CHAR_CLASSES`], never one of the four keys cannot hold;
+/// `below(n)` draws a number under `n`.
+pub fn key_char(mut below: impl FnMut(u64) -> u64) -> char {
+    loop {
+        let (lo, hi) = KEY_CHAR_CLASSES[below(KEY_CHAR_CLASSES.len() as u64) as usize];
+        let unit = lo + below(u64::from(hi - lo + 1)) as u32;
+        let c = char::from_u32(unit).expect("no surrogates in the classes");
+        if !matches!(c, '/' | '\\' | '#' | '?') {
+            return c;
+        }
     }
 }

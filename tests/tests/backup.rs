@@ -289,29 +289,13 @@ async fn large_ranges_are_split_while_scanning_for_every_key_shape() {
     }
 }
 
-/// A key unit from classes whose orders disagree: printable ASCII (quotes, percent
-/// signs, `+`, spaces), Latin-1, CJK, private use, the top of the BMP (above the
-/// surrogates in UTF-16 order, below astral characters in code point order) and astral
-/// characters. Splits cut by value in these classes; only the key order of the service
-/// (UTF-16) may decide where a range ends.
+/// A key unit from classes whose orders disagree (`KEY_CHAR_CLASSES`: printable ASCII
+/// with quotes, percent signs, `+` and spaces, Latin-1, CJK, private use, the top of the
+/// BMP, astral characters). Splits cut by value in these classes; only the key order of
+/// the service (UTF-16) may decide where a range ends.
 fn random_key_char(rng: &mut rand::rngs::StdRng) -> char {
     use rand::Rng;
-    const CLASSES: &[(u32, u32)] = &[
-        (0x20, 0x7E),
-        (0xA0, 0xFF),
-        (0x4E00, 0x4E20),
-        (0xE000, 0xE008),
-        (0xFF00, 0xFFFD),
-        (0x1F600, 0x1F620),
-        (0x10000, 0x10008),
-    ];
-    loop {
-        let (lo, hi) = CLASSES[rng.random_range(0..CLASSES.len())];
-        let c = char::from_u32(rng.random_range(lo..=hi)).expect("no surrogates in the classes");
-        if !matches!(c, '/' | '\\' | '#' | '?') {
-            return c;
-        }
-    }
+    tablevault_core::testing::key_char(|n| rng.random_range(0..n))
 }
 
 fn random_key(

@@ -848,15 +848,6 @@ proptest! {
 /// printable ASCII, Latin-1, CJK, private use, the top of the BMP and astral planes
 /// (1-120 rows each), from a fixed seed.
 fn keys_of_every_region(n: usize) -> Sorted {
-    const CLASSES: &[(u32, u32)] = &[
-        (0x20, 0x7E),
-        (0xA0, 0xFF),
-        (0x4E00, 0x4E20),
-        (0xE000, 0xE008),
-        (0xFF00, 0xFFFD),
-        (0x1F600, 0x1F620),
-        (0x10000, 0x10008),
-    ];
     let mut x: u64 = 12345;
     let mut next = |n: u64| {
         x = x
@@ -867,15 +858,7 @@ fn keys_of_every_region(n: usize) -> Sorted {
     let mut keys = Vec::new();
     while keys.len() < n {
         let pk: String = (0..1 + next(5))
-            .map(|_| {
-                loop {
-                    let (lo, hi) = CLASSES[next(CLASSES.len() as u64) as usize];
-                    let c = char::from_u32(lo + next(u64::from(hi - lo + 1)) as u32).unwrap();
-                    if !matches!(c, '/' | '\\' | '#' | '?') {
-                        break c;
-                    }
-                }
-            })
+            .map(|_| crate::testing::key_char(&mut next))
             .collect();
         for r in 0..1 + next(120) {
             keys.push(EntityKey::new(pk.clone(), format!("{r:04}")));
