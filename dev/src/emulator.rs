@@ -295,6 +295,20 @@ async fn spawn_and_read_ports(
         .stderr(Stdio::piped())
         .stdin(Stdio::null())
         .kill_on_drop(true);
+    // An emulator a test keeps in a static is never dropped: without this it outlived
+    // `cargo test`, one per run. Linux kills it when the thread that started it ends
+    // (callers that share one start it on a thread that lives as long as the process).
+    #[cfg(target_os = "linux")]
+    // SAFETY: the closure runs in the child between fork and exec and only calls
+    // prctl, which is async-signal-safe.
+    unsafe {
+        cmd.pre_exec(|| {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) == -1 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
     let mut child = cmd.spawn().map_err(|e| {
         EmulatorError::StartFailed(format!("cannot run {:?}: {e}", cmd.as_std().get_program()))
     })?;

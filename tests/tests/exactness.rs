@@ -24,7 +24,12 @@ fn env() -> &'static (tokio::runtime::Runtime, TestEnv) {
             .enable_all()
             .build()
             .unwrap();
-        let env = rt.block_on(TestEnv::start());
+        // Started on one of the runtime's workers, which live as long as the process:
+        // the emulator dies with the thread that started it (`tablevault_dev::emulator`),
+        // and this one serves every test thread of the file.
+        let env = rt
+            .block_on(async { tokio::spawn(TestEnv::start()).await })
+            .unwrap();
         (rt, env)
     })
 }
