@@ -27,7 +27,6 @@ pub use share::{
 };
 
 use probe::{Dimension, Prober, cut_value, find_ceiling};
-use scale::one_region;
 use share::{cut_share, fan_out};
 
 use crate::keys::{EntityKey, cmp_keys};
@@ -197,13 +196,11 @@ pub async fn find_split(
             // Partitions read so far span [first, next); the rest, [next, hi).
             let read_from = read
                 .filter(|r| r.first.pk != next.pk)
-                .map(|r| (r.first.pk.as_str(), r.entities))
-                .filter(|(from, _)| one_region(from, &next.pk, hi.as_deref()));
+                .map(|r| (r.first.pk.as_str(), r.entities));
             let page = read
                 .and_then(|r| r.last_page)
                 .and_then(|page| page.across(&next.pk));
-            let recent = page.filter(|(from, _)| one_region(from, &next.pk, hi.as_deref()));
-            let Some(cut) = cut_share(read_from, recent, hi.as_deref(), &next.pk, outweigh) else {
+            let Some(cut) = cut_share(read_from, page, hi.as_deref(), &next.pk, outweigh) else {
                 return Ok(None);
             };
             // Pieces are cut by the density read: not when most of it is one large
@@ -267,20 +264,17 @@ pub async fn find_split(
             };
             // Inside one partition, the density is known if the read began in it, or
             // from what was read of it.
-            let read_from = read
-                .and_then(|r| {
-                    if r.first.pk == after.pk {
-                        Some((r.first.rk.as_str(), r.entities))
-                    } else {
-                        r.partition.map(|p| (p.first_rk, p.entities))
-                    }
-                })
-                .filter(|(from, _)| one_region(from, &after.rk, hi.as_deref()));
+            let read_from = read.and_then(|r| {
+                if r.first.pk == after.pk {
+                    Some((r.first.rk.as_str(), r.entities))
+                } else {
+                    r.partition.map(|p| (p.first_rk, p.entities))
+                }
+            });
             let page = read
                 .and_then(|r| r.last_page)
                 .and_then(|page| page.inside(&after.pk));
-            let recent = page.filter(|(from, _)| one_region(from, &after.rk, hi.as_deref()));
-            let Some(cut) = cut_share(read_from, recent, hi.as_deref(), &after.rk, outweigh) else {
+            let Some(cut) = cut_share(read_from, page, hi.as_deref(), &after.rk, outweigh) else {
                 return Ok(None);
             };
             let allowed = read.is_some_and(|r| r.planned);

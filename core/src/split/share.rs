@@ -2,7 +2,7 @@
 //! many entities, from the density read so far, and the equal pieces a large planned
 //! remainder is cut into for idle workers.
 
-use super::scale::{bump, common_units, measured_fraction, point_below};
+use super::scale::{bump, common_units, measured_fraction, one_region, point_below};
 use crate::keys::cmp_keys;
 
 /// Where partitions are not paced, a partition an attempt has read this many entities
@@ -67,7 +67,8 @@ impl CutShare {
 /// (`recent`: where it began, how many entities it held) may say otherwise: keys can
 /// lie far denser further on than where the read began (a small tenant's keys, then a
 /// large one's), and then a task would read the rest alone, its estimate falling as it
-/// reads on. The remainder is then cut in half by probes, its size unknown.
+/// reads on. The remainder is then cut in half by probes, its size unknown. Either
+/// density counts only where [`one_region`] says it carries over to the rest.
 pub(super) fn cut_share(
     read: Option<(&str, u64)>,
     recent: Option<(&str, u64)>,
@@ -75,6 +76,9 @@ pub(super) fn cut_share(
     reached: &str,
     outweigh: Option<u64>,
 ) -> Option<CutShare> {
+    // A density is carried over only within one region of the rank space.
+    let carries = |(from, _): &(&str, u64)| one_region(from, reached, hi);
+    let (read, recent) = (read.filter(carries), recent.filter(carries));
     let unknown = CutShare {
         share: 0.5,
         rest: None,
