@@ -108,6 +108,31 @@ pub struct Split {
     pub pieces: Vec<EntityKey>,
 }
 
+/// A ceiling tighter than `hi` when what was read from `from` up to `reached` lies too
+/// close to `from`, against the space up to `hi`, to measure a density in it
+/// ([`scale::measured_fraction`]); `None` when it measures, or no tighter one is found.
+///
+/// A ceiling is inherited from the first split of a table, found where keys first vary:
+/// above a small tenant's `acme-` and a large one's `zeta-`, it is `{`. Against it the
+/// large tenant's keys measure nothing, so every later split of the top task was a
+/// probed cut of unknown size (10-24 probes each, each a whole-table sort on the
+/// emulator), placed just above the position reached: 20 tasks, some of 100 entities.
+async fn tighten(
+    p: &mut Prober<'_>,
+    dim: &Dimension<'_>,
+    from: Option<&str>,
+    reached: &str,
+    hi: &str,
+) -> tablevault_azure::Result<Option<String>> {
+    let Some(from) = from else { return Ok(None) };
+    if scale::measured_fraction(from, Some(hi), reached).is_some() {
+        return Ok(None);
+    }
+    Ok(find_ceiling(p, dim, reached)
+        .await?
+        .filter(|found| cmp_keys(found, hi).is_lt() && cmp_keys(found, reached).is_gt()))
+}
+
 /// Finds where to cut the unread part of a range that has been read up to `after`
 /// (included) and ends at `end` (excluded), by key value: in the middle, or, when `read`
 /// says how densely the keys read so far lie, where both tasks end with about as many
@@ -150,6 +175,9 @@ pub async fn find_split(
     unpaced: bool,
 ) -> tablevault_azure::Result<Option<Split>> {
     let mut p = Prober { probe, sent: 0 };
+    let outread = outweigh
+        .zip(read)
+        .is_some_and(|(w, r)| r.entities >= w.max(MIN_SPLIT_ENTITIES));
     let mut learned = ceiling.cloned();
     let estimate;
     let mut pieces = Vec::new();
@@ -182,10 +210,15 @@ pub async fn find_split(
         Some(next) => {
             // Another partition follows: cut between partitions.
             let across = Dimension::Partitions { end };
-            let hi = match (end, &learned) {
+            let hi = match (end, learned.clone()) {
                 (Some(e), _) => Some(e.pk.clone()),
                 (None, Some(c)) if c.rk.is_empty() && cmp_keys(&c.pk, &next.pk).is_gt() => {
-                    Some(c.pk.clone())
+                    let from = read.map(|r| r.first.pk.as_str());
+                    let tighter = tighten(&mut p, &across, from, &next.pk, &c.pk).await?;
+                    if let Some(t) = &tighter {
+                        learned = Some(EntityKey::partition_start(t));
+                    }
+                    Some(tighter.unwrap_or_else(|| c.pk.clone()))
                 }
                 (None, _) => {
                     let found = find_ceiling(&mut p, &across, &next.pk).await?;
@@ -194,13 +227,23 @@ pub async fn find_split(
                 }
             };
             // Partitions read so far span [first, next); the rest, [next, hi).
-            let read_from = read
-                .filter(|r| r.first.pk != next.pk)
-                .map(|r| (r.first.pk.as_str(), r.entities));
+            // A large partition read says nothing of how densely the partitions after
+            // it lie: the density is the rest's (Zipf-like sizes: counted in, it made
+            // the last few hundred entities look like thousands, cut into tasks of 104
+            // and 355).
+            let read_from = read.filter(|r| r.first.pk != next.pk).and_then(|r| {
+                let entities = if r.largest_partition >= LARGE_PARTITION_READ {
+                    r.entities - r.largest_partition.min(r.entities)
+                } else {
+                    r.entities
+                };
+                (entities > 0).then_some((r.first.pk.as_str(), entities))
+            });
             let page = read
                 .and_then(|r| r.last_page)
                 .and_then(|page| page.across(&next.pk));
-            let Some(cut) = cut_share(read_from, page, hi.as_deref(), &next.pk, outweigh) else {
+            let Some(cut) = cut_share(read_from, page, hi.as_deref(), &next.pk, outweigh, outread)
+            else {
                 return Ok(None);
             };
             // Pieces are cut by the density read: not when most of it is one large
@@ -209,9 +252,10 @@ pub async fn find_split(
             let skewed = read.is_some_and(|r| {
                 r.largest_partition >= LARGE_PARTITION_READ && 2 * r.largest_partition > r.entities
             });
-            let allowed = unpaced && !skewed && read.is_some_and(|r| r.planned);
-            if let Some((points, size)) = fan_out(read_from, &cut, &next.pk, hi.as_deref())
-                .filter(|_| allowed && outweigh.is_none())
+            let allowed = unpaced && !skewed && read.is_some_and(|r| r.planned || outread);
+            if let Some((points, size)) =
+                fan_out(read_from, &cut, &next.pk, hi.as_deref(), outweigh)
+                    .filter(|_| allowed && (outweigh.is_none() || outread))
             {
                 estimate = Some(size);
                 let mut points = points.into_iter().map(EntityKey::partition_start);
@@ -274,12 +318,14 @@ pub async fn find_split(
             let page = read
                 .and_then(|r| r.last_page)
                 .and_then(|page| page.inside(&after.pk));
-            let Some(cut) = cut_share(read_from, page, hi.as_deref(), &after.rk, outweigh) else {
+            let Some(cut) = cut_share(read_from, page, hi.as_deref(), &after.rk, outweigh, outread)
+            else {
                 return Ok(None);
             };
-            let allowed = read.is_some_and(|r| r.planned);
-            if let Some((points, size)) = fan_out(read_from, &cut, &after.rk, hi.as_deref())
-                .filter(|_| allowed && outweigh.is_none())
+            let allowed = read.is_some_and(|r| r.planned || outread);
+            if let Some((points, size)) =
+                fan_out(read_from, &cut, &after.rk, hi.as_deref(), outweigh)
+                    .filter(|_| allowed && (outweigh.is_none() || outread))
             {
                 estimate = Some(size);
                 let mut points = points.into_iter().map(|rk| EntityKey::new(&after.pk, rk));

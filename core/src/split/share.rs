@@ -61,7 +61,11 @@ impl CutShare {
 /// The share of the remainder to cut at ([`balanced_share`]) when `read` entities were
 /// read from `from` up to `reached` in a dimension bounded by `hi` (a half when nothing
 /// is known), and the remainder's estimated size. With `outweigh` (a waiting task's
-/// estimate), `None` unless the remainder is estimated at twice that.
+/// estimate), `None` unless the remainder is estimated at twice that, or, where nothing
+/// measures it, unless the task has already read twice that (`outread`): a task whose
+/// ceiling is far (the next letter above a tenant's keys) cannot measure what is left
+/// of a tenant, and without this read a large one alone while the pieces cut before it
+/// waited (modelled: 10,150 of 50,000 entities, three times the mean task).
 ///
 /// Where the whole read says the remainder is too small to split, the last page read
 /// (`recent`: where it began, how many entities it held) may say otherwise: keys can
@@ -75,6 +79,7 @@ pub(super) fn cut_share(
     hi: Option<&str>,
     reached: &str,
     outweigh: Option<u64>,
+    outread: bool,
 ) -> Option<CutShare> {
     // A density is carried over only within one region of the rank space.
     let carries = |(from, _): &(&str, u64)| one_region(from, reached, hi);
@@ -89,7 +94,7 @@ pub(super) fn cut_share(
     let Some(((_, entities), at)) =
         read.and_then(|(from, n)| Some(((from, n), measured_fraction(from, hi, reached)?)))
     else {
-        return outweigh.is_none().then_some(unknown);
+        return (outweigh.is_none() || outread).then_some(unknown);
     };
     let rest = remainder_estimate(entities, at, 1.0 - at);
     if outweigh.is_some_and(|w| !rest.is_some_and(|r| r >= 2.0 * w as f64)) {
@@ -167,19 +172,33 @@ pub const MAX_PIECES: u64 = 16;
 /// near half of what it started with and the last pieces a few thousand entities:
 /// largest / mean near the number of tasks over the number of workers. Pieces of one
 /// size from the start keep every task near the mean.
-pub fn fan_out_shares(read: u64, rest: f64) -> Option<(Vec<f64>, u64)> {
+///
+/// With `waiting` (the estimate of a task waiting for a worker, which this one has
+/// outread), pieces are cut to about that size instead of to what was read: the
+/// splitter stops soon after its cut, so no task ends much larger than those waiting.
+/// Cut in two, a task that had read 4,000 while pieces of 2,600 waited kept half of
+/// the rest too and ended at 6,400.
+pub fn fan_out_shares(read: u64, rest: f64, waiting: Option<u64>) -> Option<(Vec<f64>, u64)> {
     if !rest.is_finite() || rest <= 0.0 {
         return None;
     }
     let total = read as f64 + rest;
     // A task that read much before it split ends at least that large: pieces as large
-    // keep the tasks even.
+    // keep the tasks even (or as large as those waiting).
     let piece = (PIECE_ENTITIES as f64)
         .max(total / MAX_PIECES as f64)
-        .max(read as f64);
+        .max(waiting.map_or(read as f64, |w| w as f64));
     let kept = (piece - read as f64).max(MIN_SHARE * piece);
     let upper = rest - kept;
-    let pieces = (upper / piece).floor().min((MAX_PIECES - 1) as f64);
+    // Beside waiting tasks, pieces a little smaller than theirs beat one cut in two,
+    // which leaves the splitter half of the rest on top of what it read.
+    let whole = upper / piece;
+    let pieces = if waiting.is_some() {
+        whole.round()
+    } else {
+        whole.floor()
+    }
+    .min((MAX_PIECES - 1) as f64);
     if pieces < 2.0 {
         return None;
     }
@@ -213,7 +232,8 @@ pub(super) fn fan_out(
     cut: &CutShare,
     reached: &str,
     hi: Option<&str>,
+    waiting: Option<u64>,
 ) -> Option<(Vec<String>, u64)> {
-    let (shares, size) = fan_out_shares(read_from?.1, cut.rest?)?;
+    let (shares, size) = fan_out_shares(read_from?.1, cut.rest?, waiting)?;
     Some((fan_out_points(reached, hi?, &shares)?, size))
 }
