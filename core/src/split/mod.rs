@@ -44,10 +44,11 @@ pub struct ReadSoFar<'a> {
     pub largest_partition: u64,
     /// The last page read, when it is a fair sample of how densely keys lie there.
     pub last_page: Option<PageRead<'a>>,
-    /// Whether its range was planned, not split off another task with an estimate. Only
-    /// a planned range, nobody's estimate yet, is cut into pieces ([`Split::pieces`]):
-    /// a piece is cut in two as idle workers ask, so an estimate thrown off by a large
-    /// partition (Zipf-like sizes) cannot hand out ten pieces of a few hundred entities.
+    /// Whether its range was planned, not split off another task with an estimate. With
+    /// no task waiting, only a planned range, nobody's estimate yet, is cut into pieces
+    /// ([`Split::pieces`]): a piece is cut in two as idle workers ask, so an estimate
+    /// thrown off by a large partition (Zipf-like sizes) cannot hand out ten pieces of a
+    /// few hundred entities. Beside a waiting task that it has outread, any range is.
     pub planned: bool,
 }
 
@@ -144,7 +145,8 @@ async fn tighten(
 /// key to cut at (or only inside a partition that may not be cut), or is estimated
 /// under [`MIN_SPLIT_ENTITIES`], or under twice `outweigh` (the estimate of a task
 /// already waiting for a worker: a range is worth splitting while another waits only
-/// if it holds far more).
+/// if it holds far more; where nothing measures the rest, only once the task has read
+/// as much as the waiting one holds).
 ///
 /// Probes are spent only on what the scan cannot tell: `seen_next` is the first key of
 /// a later partition when the scan has already fetched it (the page after `after`), and
@@ -156,11 +158,12 @@ async fn tighten(
 /// lower next time. Each probe costs the emulator a filter and sort of the whole table,
 /// as much as half a page; on Azure it is an index seek.
 ///
-/// Where partitions are not paced, in a planned range (`read.planned`), with no task
-/// waiting (`outweigh` is `None`), both bounds and the density known, and the density
-/// not mostly one large partition, a remainder holding several pieces' worth is
-/// cut into pieces of one size at once ([`fan_out_shares`], [`Split::pieces`]), all placed by
-/// value. Where they are paced, the pieces made the ramp of a large fleet overshoot the
+/// Where partitions are not paced, in a planned range (`read.planned`) with no task
+/// waiting (`outweigh` is `None`), or in any range that has read as much as the task
+/// waiting holds, with both bounds and the density known, and the density not mostly
+/// one large partition, a remainder holding several pieces' worth is cut into pieces of
+/// one size at once ([`fan_out_shares`], [`Split::pieces`]; beside a waiting task, of its
+/// size), all placed by value. Where they are paced, the pieces made the ramp of a large fleet overshoot the
 /// account (simulated first backups at 64 workers: 84.6-88.1% of the account with
 /// 0.9-1.3% refused, against 91.4-92.0% and at most 0.5% cutting in two).
 #[allow(clippy::too_many_arguments)]
