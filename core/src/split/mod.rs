@@ -27,7 +27,7 @@ pub use share::{
 };
 
 use probe::{Dimension, Prober, cut_value, find_ceiling};
-use share::{cut_share, fan_out};
+use share::{cut_share, fan_out, outreads};
 
 use crate::keys::{EntityKey, cmp_keys};
 
@@ -143,9 +143,10 @@ async fn tighten(
 /// rate (Azure's ~2,000 entities/s), two readers of one partition are no faster than
 /// one, only throttled. `None` when the remainder holds no
 /// key to cut at (or only inside a partition that may not be cut), or is estimated
-/// under [`MIN_SPLIT_ENTITIES`], or under twice `outweigh` (the estimate of a task
-/// already waiting for a worker: a range is worth splitting while another waits only
-/// if it holds far more; where nothing measures the rest, only once the task has read
+/// under [`MIN_SPLIT_ENTITIES`], or, with `outweigh` (the estimate of a task already
+/// waiting for a worker), when what was read and the remainder together are under one
+/// and a half times that (a range is worth splitting while another waits only if it
+/// would end far larger; where nothing measures the rest, only once the task has read
 /// as much as the waiting one holds).
 ///
 /// Probes are spent only on what the scan cannot tell: `seen_next` is the first key of
@@ -178,9 +179,8 @@ pub async fn find_split(
     unpaced: bool,
 ) -> tablevault_azure::Result<Option<Split>> {
     let mut p = Prober { probe, sent: 0 };
-    let outread = outweigh
-        .zip(read)
-        .is_some_and(|(w, r)| r.entities >= w.max(MIN_SPLIT_ENTITIES));
+    let task_read = read.map_or(0, |r| r.entities);
+    let outread = outweigh.is_some_and(|w| outreads(task_read, w));
     let mut learned = ceiling.cloned();
     let estimate;
     let mut pieces = Vec::new();
@@ -245,8 +245,14 @@ pub async fn find_split(
             let page = read
                 .and_then(|r| r.last_page)
                 .and_then(|page| page.across(&next.pk));
-            let Some(cut) = cut_share(read_from, page, hi.as_deref(), &next.pk, outweigh, outread)
-            else {
+            let Some(cut) = cut_share(
+                read_from,
+                page,
+                hi.as_deref(),
+                &next.pk,
+                outweigh,
+                task_read,
+            ) else {
                 return Ok(None);
             };
             // Pieces are cut by the density read: not when most of it is one large
@@ -321,8 +327,14 @@ pub async fn find_split(
             let page = read
                 .and_then(|r| r.last_page)
                 .and_then(|page| page.inside(&after.pk));
-            let Some(cut) = cut_share(read_from, page, hi.as_deref(), &after.rk, outweigh, outread)
-            else {
+            let Some(cut) = cut_share(
+                read_from,
+                page,
+                hi.as_deref(),
+                &after.rk,
+                outweigh,
+                task_read,
+            ) else {
                 return Ok(None);
             };
             let allowed = read.is_some_and(|r| r.planned || outread);

@@ -253,11 +253,60 @@ pub(super) async fn find_ceiling(
         reached_at
     };
     // Keys vary at `pos`: gallop up the alphabet there until no key is reached.
-    let mut steps = 2usize;
-    let mut last_hit = 1usize;
+    let Some((top, ceiling)) = gallop(p, dim, &units, pos, 1).await? else {
+        return Ok(coarse);
+    };
+    if top > REFINE_WITHIN {
+        return Ok(Some(ceiling));
+    }
+    // Keys reach just past `lo`'s unit there (`…0938`, `…1225`: the ceiling `…2` is
+    // 10,000 above keys that end near 12,300): one place finer, among keys beginning
+    // with the highest unit reached.
+    let Some(reached) = bump(&units, pos, top) else {
+        return Ok(Some(ceiling));
+    };
+    let mut finer: Vec<u16> = reached.encode_utf16().collect();
+    // Below every unit of the alphabet, so the first step tries its lowest.
+    finer.push(0);
+    // Only a ceiling whose last unit lies inside a class of keys (not `:` above digits
+    // or `{` above letters) is kept: cuts are computed in the keys' own classes, and a
+    // unit past one made every place of the space one unit wider (pieces half empty).
+    let inside_class = |c: &String| {
+        c.encode_utf16()
+            .last()
+            .and_then(|u| char::from_u32(u as u32))
+            .is_some_and(|c| matches!(c, '1'..='9' | 'b'..='z' | 'B'..='Z'))
+    };
+    Ok(Some(
+        gallop(p, dim, &finer, pos + 1, 0)
+            .await?
+            .map(|(_, tighter)| tighter)
+            .filter(inside_class)
+            .unwrap_or(ceiling),
+    ))
+}
+
+/// How many steps above `lo`'s unit keys may reach at the position where they vary for
+/// the ceiling to be searched for one place finer: within two steps, the highest
+/// unit's keys may fill anything from none to half of the space below the ceiling.
+const REFINE_WITHIN: usize = 2;
+
+/// Gallops up the alphabet at `pos` from `bump(units, pos, known + 1)` (the first
+/// `known` steps are known to be reached), then bisects: the most steps reached and
+/// the first candidate no key reaches. `None` when the budget ends first or keys
+/// reach the top of the alphabet there.
+async fn gallop(
+    p: &mut Prober<'_>,
+    dim: &Dimension<'_>,
+    units: &[u16],
+    pos: usize,
+    known: usize,
+) -> tablevault_azure::Result<Option<(usize, String)>> {
+    let mut steps = (2 * known).max(1);
+    let mut last_hit = known;
     while p.sent < MAX_PROBES {
-        let (c, hit) = p.reaches(dim, &units, pos, steps).await?;
-        let Some(c) = c else { return Ok(coarse) };
+        let (c, hit) = p.reaches(dim, units, pos, steps).await?;
+        let Some(c) = c else { return Ok(None) };
         if hit {
             last_hit = steps;
             steps *= 2;
@@ -267,7 +316,7 @@ pub(super) async fn find_ceiling(
         let (mut hit_at, mut miss_at, mut ceiling) = (last_hit, steps, c);
         while miss_at - hit_at > 1 && p.sent < MAX_PROBES {
             let mid = (hit_at + miss_at) / 2;
-            match p.reaches(dim, &units, pos, mid).await? {
+            match p.reaches(dim, units, pos, mid).await? {
                 (Some(_), true) => hit_at = mid,
                 (Some(c), false) => {
                     miss_at = mid;
@@ -276,9 +325,9 @@ pub(super) async fn find_ceiling(
                 (None, _) => break,
             }
         }
-        return Ok(Some(ceiling));
+        return Ok(Some((hit_at, ceiling)));
     }
-    Ok(coarse)
+    Ok(None)
 }
 
 /// Bisects a dimension by value between `lo` and `hi` (both exclusive), returning the

@@ -61,11 +61,14 @@ impl CutShare {
 /// The share of the remainder to cut at ([`balanced_share`]) when `read` entities were
 /// read from `from` up to `reached` in a dimension bounded by `hi` (a half when nothing
 /// is known), and the remainder's estimated size. With `outweigh` (a waiting task's
-/// estimate), `None` unless the remainder is estimated at twice that, or, where nothing
-/// measures it, unless the task has already read twice that (`outread`): a task whose
-/// ceiling is far (the next letter above a tenant's keys) cannot measure what is left
-/// of a tenant, and without this read a large one alone while the pieces cut before it
-/// waited (modelled: 10,150 of 50,000 entities, three times the mean task).
+/// estimate), `None` unless the task would end at one and a half times that: what it
+/// has read (`task_read`) and the remainder estimated. Where nothing measures the
+/// remainder, only once the task has read as much as the waiting one holds: a task
+/// whose ceiling is far (the next letter above a tenant's keys) cannot measure what is
+/// left of a tenant, and without this read a large one alone while the pieces cut
+/// before it waited (modelled: 10,150 of 50,000 entities, three times the mean task).
+/// (A remainder of twice the waiting task's, the rule before, let a task that had read
+/// 3,000 of a large partition beside tasks of 2,900 finish its 2,200 alone.)
 ///
 /// Where the whole read says the remainder is too small to split, the last page read
 /// (`recent`: where it began, how many entities it held) may say otherwise: keys can
@@ -79,8 +82,9 @@ pub(super) fn cut_share(
     hi: Option<&str>,
     reached: &str,
     outweigh: Option<u64>,
-    outread: bool,
+    task_read: u64,
 ) -> Option<CutShare> {
+    let outread = outweigh.is_some_and(|w| outreads(task_read, w));
     // A density is carried over only within one region of the rank space.
     let carries = |(from, _): &(&str, u64)| one_region(from, reached, hi);
     let (read, recent) = (read.filter(carries), recent.filter(carries));
@@ -97,7 +101,7 @@ pub(super) fn cut_share(
         return (outweigh.is_none() || outread).then_some(unknown);
     };
     let rest = remainder_estimate(entities, at, 1.0 - at);
-    if outweigh.is_some_and(|w| !rest.is_some_and(|r| r >= 2.0 * w as f64)) {
+    if outweigh.is_some_and(|w| !rest.is_some_and(|r| task_read as f64 + r >= 1.5 * w as f64)) {
         return None;
     }
     match (balanced_share(entities, at, 1.0 - at), rest) {
@@ -112,6 +116,12 @@ pub(super) fn cut_share(
             (outweigh.is_none() && denser_further_on(recent, hi, reached)).then_some(unknown)
         }
     }
+}
+
+/// Whether a task that has read `task_read` entities has read as much as a waiting task
+/// estimated at `waiting` (and enough to split at all): it is then likely the larger.
+pub(super) fn outreads(task_read: u64, waiting: u64) -> bool {
+    task_read >= waiting.max(MIN_SPLIT_ENTITIES)
 }
 
 /// Where a cut's size is unknown, an upper bound that keeps a probed cut inside the

@@ -184,8 +184,8 @@ impl BackupAttempt<'_> {
     /// Cuts the unread part of the range (after `after`, before `end`) if no task waits
     /// on the queue (in two, or, where partitions are not paced and its size can be
     /// told, into pieces for idle workers), or, where partitions are not paced (the
-    /// emulator), in two if the one waiting was split off with an estimate and this
-    /// remainder holds twice as much, and puts the upper parts there. Returns the new
+    /// emulator), if the one waiting was split off with an estimate and this task would
+    /// end at one and a half times that, and puts the upper parts there. Returns the new
     /// tasks, upper ones first.
     /// Splitting only speeds things up, so any failure just means no split.
     async fn try_split(
