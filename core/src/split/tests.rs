@@ -660,6 +660,42 @@ fn a_ceiling_just_past_where_keys_vary_is_searched_one_place_finer() {
     );
 }
 
+/// A large partition read says nothing of how densely the partitions after it lie.
+/// Counted in, 3,000 entities of one partition among ten of 10 made 90 small
+/// partitions look like 27,000 entities, and the few hundred left were cut into tasks
+/// (Zipf-like sizes: tasks of 104 and 355 entities in the model).
+#[test]
+fn a_large_partition_read_does_not_make_the_small_ones_after_it_look_dense() {
+    let t = Sorted::new(
+        (0..100)
+            .flat_map(|p| {
+                let n = if p == 2 { 3_000 } else { 10 };
+                (0..n).map(move |r| EntityKey::new(format!("p{p:03}"), format!("{r:05}")))
+            })
+            .collect(),
+    );
+    let next = EntityKey::partition_start("p010");
+    let i = t.0.partition_point(|k| *k < next) - 1;
+    let ceiling = EntityKey::partition_start("p1");
+    let read = ReadSoFar {
+        largest_partition: 3_000,
+        planned: false,
+        ..plain_read(&t.0[0], (i + 1) as u64)
+    };
+    let split = run(find_split(
+        &t,
+        &t.0[i],
+        Some(&next),
+        None,
+        Some(&ceiling),
+        Some(read),
+        None,
+        true,
+    ))
+    .unwrap();
+    assert_eq!(split, None, "900 entities are left");
+}
+
 /// Where nothing measures the rest, a task splits while another waits only once it
 /// has read that one's worth itself: it is then likely the larger.
 #[test]
