@@ -62,6 +62,22 @@ fn guid_rows(n: u64) -> Sorted {
     Sorted::new((0..n).map(|i| EntityKey::new("p", guid(i))).collect())
 }
 
+/// A tenant's `n` keys: PartitionKeys `<name>-NNNNN`, `per` entities each, RowKeys
+/// numbered from 0.
+fn tenant(name: &str, n: usize, per: usize) -> Vec<EntityKey> {
+    (0..n)
+        .map(|i| EntityKey::new(format!("{name}-{:05}", i / per), format!("{i:05}")))
+        .collect()
+}
+
+/// Two tenants' keys, in key order: `large` with `n` entities and `small` with `m`,
+/// `per` to a partition.
+fn two_tenants(large: &str, small: &str, (n, m): (usize, usize), per: usize) -> Sorted {
+    let mut keys = tenant(large, n, per);
+    keys.extend(tenant(small, m, per));
+    Sorted::new(keys)
+}
+
 /// `n` entities under `customer-NNNNN` PartitionKeys, 500 each.
 fn sequential(n: u64) -> Sorted {
     Sorted::new(
@@ -586,11 +602,7 @@ fn a_cut_placed_by_value_in_a_gap_leaves_the_upper_part_empty_and_the_next_cut_i
 /// once, passes it on, and cuts by the density read.
 #[test]
 fn a_far_inherited_ceiling_is_tightened_before_the_rest_is_measured() {
-    let t = Sorted::new(
-        (0..47_500)
-            .map(|i| EntityKey::new(format!("zzz-{:05}", i / 50), format!("{i:05}")))
-            .collect(),
-    );
+    let t = Sorted::new(tenant("zzz", 47_500, 50));
     let far = EntityKey::partition_start("{");
     let from = 20_000;
     let split = |read: usize, outweigh| {
@@ -1235,15 +1247,7 @@ fn first_task_reads(t: &Sorted) -> (usize, Vec<EntityKey>) {
 /// in two).
 #[test]
 fn the_first_task_reads_a_bounded_share_of_every_shape() {
-    let tenants = |large: &str, small: &str| {
-        let mut keys: Vec<EntityKey> = (0..20_000)
-            .map(|i| EntityKey::new(format!("{large}-{:05}", i / 10), format!("{i:05}")))
-            .collect();
-        keys.extend(
-            (0..1000).map(|i| EntityKey::new(format!("{small}-{:05}", i / 10), format!("{i:05}"))),
-        );
-        Sorted::new(keys)
-    };
+    let tenants = |large: &str, small: &str| two_tenants(large, small, (20_000, 1_000), 10);
     for (name, t, share) in [
         ("sequential", sequential(21_000), 0.15),
         ("guid", guid_partitions(21_000), 0.15),
@@ -1434,15 +1438,7 @@ fn backup_tasks(t: &Sorted, workers: usize) -> Vec<usize> {
 /// prefix; 50,000 entities each (GUID 20,000).
 #[test]
 fn four_workers_share_every_shape() {
-    let tenants = |large: &str, small: &str| {
-        let mut keys: Vec<EntityKey> = (0..47_500)
-            .map(|i| EntityKey::new(format!("{large}-{:05}", i / 50), format!("{i:05}")))
-            .collect();
-        keys.extend(
-            (0..2500).map(|i| EntityKey::new(format!("{small}-{:05}", i / 50), format!("{i:05}"))),
-        );
-        Sorted::new(keys)
-    };
+    let tenants = |large: &str, small: &str| two_tenants(large, small, (47_500, 2_500), 50);
     let zipf = {
         let n = 50_000u64;
         let parts = n / 100;
