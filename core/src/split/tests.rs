@@ -375,6 +375,24 @@ fn pieces_for_idle_workers_are_of_one_size_and_bounded_in_number() {
     }
 }
 
+/// Beside a waiting task of 2,600 entities, a task that has read 4,000 with 8,300 left
+/// hands the rest out in pieces of about that size and keeps little more itself. Cut in
+/// two, as before, it kept half of the rest too and ended at 6,400.
+#[test]
+fn beside_a_waiting_task_pieces_are_cut_to_its_size() {
+    let rest = 8_300.0;
+    let (shares, size) = fan_out_shares(4_000, rest, Some(2_600)).expect("pieces");
+    assert_eq!(shares.len(), 3, "{shares:?}");
+    assert!((2_300..=3_000).contains(&size), "pieces of {size}");
+    let kept = shares[0] * rest;
+    assert!(kept <= 0.25 * size as f64, "the splitter keeps {kept} more");
+    assert_eq!(
+        fan_out_shares(4_000, rest, None),
+        None,
+        "pieces of what was read"
+    );
+}
+
 #[test]
 fn idle_workers_get_the_rest_of_a_sized_range_in_pieces_that_hold_what_was_estimated() {
     for (name, t) in &four_shapes(20_000) {
