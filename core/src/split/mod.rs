@@ -181,6 +181,9 @@ pub async fn find_split(
     let mut p = Prober { probe, sent: 0 };
     let task_read = read.map_or(0, |r| r.entities);
     let outread = outweigh.is_some_and(|w| outreads(task_read, w));
+    // Pieces go to idle workers from a planned range with nothing waiting, or from any
+    // range beside a waiting task it has outread.
+    let pieces_allowed = read.is_some_and(|r| r.planned && outweigh.is_none()) || outread;
     let mut learned = ceiling.cloned();
     let estimate;
     let mut pieces = Vec::new();
@@ -261,10 +264,9 @@ pub async fn find_split(
             let skewed = read.is_some_and(|r| {
                 r.largest_partition >= LARGE_PARTITION_READ && 2 * r.largest_partition > r.entities
             });
-            let allowed = unpaced && !skewed && read.is_some_and(|r| r.planned || outread);
+            let allowed = unpaced && !skewed && pieces_allowed;
             if let Some((points, size)) =
-                fan_out(read_from, &cut, &next.pk, hi.as_deref(), outweigh)
-                    .filter(|_| allowed && (outweigh.is_none() || outread))
+                fan_out(read_from, &cut, &next.pk, hi.as_deref(), outweigh).filter(|_| allowed)
             {
                 estimate = Some(size);
                 let mut points = points.into_iter().map(EntityKey::partition_start);
@@ -337,10 +339,9 @@ pub async fn find_split(
             ) else {
                 return Ok(None);
             };
-            let allowed = read.is_some_and(|r| r.planned || outread);
             if let Some((points, size)) =
                 fan_out(read_from, &cut, &after.rk, hi.as_deref(), outweigh)
-                    .filter(|_| allowed && (outweigh.is_none() || outread))
+                    .filter(|_| pieces_allowed)
             {
                 estimate = Some(size);
                 let mut points = points.into_iter().map(|rk| EntityKey::new(&after.pk, rk));
