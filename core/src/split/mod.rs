@@ -184,6 +184,10 @@ pub async fn find_split(
     // Pieces go to idle workers from a planned range with nothing waiting, or from any
     // range beside a waiting task it has outread.
     let pieces_allowed = read.is_some_and(|r| r.planned && outweigh.is_none()) || outread;
+    // Beside a waiting task it has not outread, a task splits only where what it knows
+    // already measures a remainder large enough: searching for bounds then costs
+    // probes (each a whole-table filter on the emulator) that mostly end in no split.
+    let may_search = outweigh.is_none() || outread;
     let mut learned = ceiling.cloned();
     let estimate;
     let mut pieces = Vec::new();
@@ -216,17 +220,25 @@ pub async fn find_split(
         Some(next) => {
             // Another partition follows: cut between partitions.
             let across = Dimension::Partitions { end };
-            let hi = match (end, learned.clone()) {
-                (Some(e), _) => Some(e.pk.clone()),
-                (None, Some(c)) if c.rk.is_empty() && cmp_keys(&c.pk, &next.pk).is_gt() => {
+            // The tighter of the end and a ceiling learned above the next partition.
+            let known = learned
+                .as_ref()
+                .filter(|c| c.rk.is_empty() && cmp_keys(&c.pk, &next.pk).is_gt())
+                .map(|c| c.pk.clone())
+                .filter(|c| end.is_none_or(|e| cmp_keys(c, &e.pk).is_lt()))
+                .or_else(|| end.map(|e| e.pk.clone()));
+            let hi = match known {
+                Some(bound) if !may_search => Some(bound),
+                None if !may_search => None,
+                Some(bound) => {
                     let from = read.map(|r| r.first.pk.as_str());
-                    let tighter = tighten(&mut p, &across, from, &next.pk, &c.pk).await?;
+                    let tighter = tighten(&mut p, &across, from, &next.pk, &bound).await?;
                     if let Some(t) = &tighter {
                         learned = Some(EntityKey::partition_start(t));
                     }
-                    Some(tighter.unwrap_or_else(|| c.pk.clone()))
+                    Some(tighter.unwrap_or(bound))
                 }
-                (None, _) => {
+                None => {
                     let found = find_ceiling(&mut p, &across, &next.pk).await?;
                     learned = found.as_ref().map(EntityKey::partition_start);
                     found
@@ -296,6 +308,7 @@ pub async fn find_split(
                 (None, Some(c)) if c.pk == after.pk && cmp_keys(&c.rk, &after.rk).is_gt() => {
                     Some(c.rk.clone())
                 }
+                (None, _) if !may_search => return Ok(None),
                 (None, _) => {
                     let Some(first) = p
                         .ask(Probe::Row {

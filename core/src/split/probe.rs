@@ -206,9 +206,41 @@ impl Prober<'_> {
         match bump(units, pos, steps) {
             None => Ok((None, false)),
             Some(c) => {
-                let hit = self.first_at(dim, &c).await?.is_some();
+                let hit = self.reaches_value(dim, &c).await?;
                 Ok((Some(c), hit))
             }
+        }
+    }
+
+    /// Whether some value of the dimension is at or above `c`. A candidate at or past
+    /// the dimension's end is known to be missed and costs no probe: on the emulator
+    /// each probe is a filter of the whole table (a cluster's ceiling search asked
+    /// three such questions in a row).
+    async fn reaches_value(
+        &mut self,
+        dim: &Dimension<'_>,
+        c: &str,
+    ) -> tablevault_azure::Result<bool> {
+        if dim.excludes(c) {
+            return Ok(false);
+        }
+        Ok(self.first_at(dim, c).await?.is_some())
+    }
+}
+
+impl Dimension<'_> {
+    /// Whether no value at or above `c` lies inside the dimension's bound.
+    fn excludes(&self, c: &str) -> bool {
+        match *self {
+            // Keys before `end`: PartitionKeys below its, or equal to it with a lower
+            // RowKey when it has one.
+            Dimension::Partitions { end: Some(e) } => match cmp_keys(c, &e.pk) {
+                Ordering::Greater => true,
+                Ordering::Equal => e.rk.is_empty(),
+                Ordering::Less => false,
+            },
+            Dimension::Partitions { end: None } => false,
+            Dimension::Rows { below, .. } => below.is_some_and(|b| cmp_keys(c, b).is_ge()),
         }
     }
 }
@@ -265,23 +297,9 @@ pub(super) async fn find_ceiling(
     let Some(reached) = bump(&units, pos, top) else {
         return Ok(Some(ceiling));
     };
-    let mut finer: Vec<u16> = reached.encode_utf16().collect();
-    // Below every unit of the alphabet, so the first step tries its lowest.
-    finer.push(0);
-    // Only a ceiling whose last unit lies inside a class of keys (not `:` above digits
-    // or `{` above letters) is kept: cuts are computed in the keys' own classes, and a
-    // unit past one made every place of the space one unit wider (pieces half empty).
-    let inside_class = |c: &String| {
-        c.encode_utf16()
-            .last()
-            .and_then(|u| char::from_u32(u as u32))
-            .is_some_and(|c| matches!(c, '1'..='9' | 'b'..='z' | 'B'..='Z'))
-    };
     Ok(Some(
-        gallop(p, dim, &finer, pos + 1, 0)
+        finer_ceiling(p, dim, &reached, units.get(pos + 1).copied())
             .await?
-            .map(|(_, tighter)| tighter)
-            .filter(inside_class)
             .unwrap_or(ceiling),
     ))
 }
@@ -290,6 +308,53 @@ pub(super) async fn find_ceiling(
 /// the ceiling to be searched for one place finer: within two steps, the highest
 /// unit's keys may fill anything from none to half of the space below the ceiling.
 const REFINE_WITHIN: usize = 2;
+
+/// A ceiling one place finer than `reached`'s successor, among the keys that begin with
+/// `reached`, in the character class of `like` (`lo`'s unit there: digits, lower or
+/// upper case letters; no other class is searched). First one probe at the middle of
+/// the class: keys that reach it fill at least half of the place, and the coarser
+/// ceiling is kept (sequential numbers fill all ten digits: galloping up from the
+/// bottom of the alphabet spent seven probes to learn that). Below it, a bisection
+/// finds the first unit no key reaches.
+///
+/// Only a unit inside the class is returned: cuts are computed in the keys' own
+/// classes, and a unit past one (`:` above digits, `{` above letters) made every
+/// place of the space one unit wider (pieces half empty).
+async fn finer_ceiling(
+    p: &mut Prober<'_>,
+    dim: &Dimension<'_>,
+    reached: &str,
+    like: Option<u16>,
+) -> tablevault_azure::Result<Option<String>> {
+    let class = match like.and_then(|u| char::from_u32(u as u32)) {
+        Some('0'..='9') => ('0', '9'),
+        Some('a'..='z') => ('a', 'z'),
+        Some('A'..='Z') => ('A', 'Z'),
+        _ => return Ok(None),
+    };
+    let with = |c: u32| {
+        let mut s = reached.to_string();
+        s.push(char::from_u32(c).expect("a unit of an ASCII class"));
+        s
+    };
+    let (low, high) = (class.0 as u32, class.1 as u32);
+    // Keys beginning with `reached` reach at least its first unit of the class (they
+    // reach `reached` itself); the first unit no key reaches lies in (low, mid].
+    let mid = (low + high).div_ceil(2);
+    if p.sent >= MAX_PROBES || p.reaches_value(dim, &with(mid)).await? {
+        return Ok(None);
+    }
+    let (mut hit_at, mut miss_at) = (low, mid);
+    while miss_at - hit_at > 1 && p.sent < MAX_PROBES {
+        let m = (hit_at + miss_at) / 2;
+        if p.reaches_value(dim, &with(m)).await? {
+            hit_at = m;
+        } else {
+            miss_at = m;
+        }
+    }
+    Ok((miss_at - hit_at == 1).then(|| with(miss_at)))
+}
 
 /// Gallops up the alphabet at `pos` from `bump(units, pos, known + 1)` (the first
 /// `known` steps are known to be reached), then bisects: the most steps reached and
