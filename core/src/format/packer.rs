@@ -88,6 +88,12 @@ pub struct Packer {
     first_key: Option<EntityKey>,
     last_key: Option<EntityKey>,
     marks: Vec<KeyMark>,
+    /// The PartitionKey of the last batch packed (in this block or the one before).
+    last_partition: Option<String>,
+    /// Entities of that partition packed so far.
+    partition_run: usize,
+    /// Whether the open block began inside a partition (after some of its entities).
+    began_inside: bool,
     batch: Vec<Entity>,
     batch_bytes: usize,
     scratch: String,
@@ -111,6 +117,9 @@ impl Packer {
             first_key: None,
             last_key: None,
             marks: Vec::new(),
+            last_partition: None,
+            partition_run: 0,
+            began_inside: false,
             batch: Vec::with_capacity(MAX_BATCH_OPERATIONS),
             batch_bytes: 0,
             scratch: String::new(),
@@ -176,16 +185,41 @@ impl Packer {
             .write(xml.as_bytes());
         self.raw_len += xml.len();
         let f = &self.batch[0];
+        let starts_partition = self
+            .last_partition
+            .as_ref()
+            .is_some_and(|pk| *pk != f.partition_key);
+        if starts_partition {
+            self.partition_run = 0;
+        }
         if self.first_key.is_none() {
             self.first_key = Some(EntityKey::new(&f.partition_key, &f.row_key));
+            self.began_inside = self.partition_run > 0;
         } else {
             let last_mark = self.marks.last().map_or(0, |m| m.before as usize);
-            if self.block_entities - last_mark >= MARK_ENTITIES {
+            let since = self.block_entities - last_mark;
+            // A mark where a partition starts lets the next backup's plan cut between
+            // partitions (one query per task); inside a partition of a thousand or more
+            // the plan cuts by RowKey anyway, and elsewhere the mark waits for the
+            // next partition, at most half as long again.
+            // A block that began inside a partition marks where the next one starts,
+            // however soon: its first part is then that partition's tail alone.
+            let due = (since >= MARK_ENTITIES
+                && (starts_partition
+                    || self.partition_run >= MARK_ENTITIES
+                    || 2 * since >= 3 * MARK_ENTITIES))
+                || (starts_partition && self.began_inside && self.marks.is_empty());
+            if due {
                 self.marks.push(KeyMark {
                     key: EntityKey::new(&f.partition_key, &f.row_key),
                     before: self.block_entities as u64,
+                    starts_partition,
                 });
             }
+        }
+        self.partition_run += self.batch.len();
+        if self.last_partition.as_ref() != Some(&f.partition_key) {
+            self.last_partition = Some(f.partition_key.clone());
         }
         let l = self.batch.last().expect("batch is not empty");
         self.last_key = Some(EntityKey::new(&l.partition_key, &l.row_key));
@@ -290,6 +324,48 @@ mod tests {
             seen += block.entities;
         }
         assert_eq!(seen, input.len());
+    }
+
+    /// Marks fall where partitions start when partitions are smaller than the marks'
+    /// interval (so the next backup's plan can cut between partitions and read each
+    /// range with one query), and every ~1,000 entities inside larger ones; each says
+    /// whether its key is the first of its partition. A block that began inside a
+    /// partition marks the next partition's start, however soon.
+    #[test]
+    fn marks_fall_where_partitions_start_and_say_so() {
+        for (per, most_apart) in [
+            (300usize, 1_300usize),
+            (500, 1_500),
+            (700, 1_500),
+            (5_000, 1_100),
+        ] {
+            let input = entities(40_000 / per, per, 10);
+            let mut config = PackerConfig::new("T", Compression::None);
+            config.block_bytes = 256 * 1024;
+            let blocks = pack(config, &input);
+            let mut seen = 0usize;
+            for block in &blocks {
+                let began_inside =
+                    seen > 0 && input[seen - 1].partition_key == input[seen].partition_key;
+                let mut before = 0usize;
+                for (i, mark) in block.marks.iter().enumerate() {
+                    let at = seen + mark.before as usize;
+                    let starts = input[at - 1].partition_key != input[at].partition_key;
+                    assert_eq!(mark.starts_partition, starts, "{per}: mark at {at}");
+                    // A partition starts within 500 of any point.
+                    if per <= 500 {
+                        assert!(starts, "{per}: mark at {at} inside a partition");
+                    }
+                    let gap = mark.before as usize - before;
+                    if !(i == 0 && began_inside) {
+                        assert!((MARK_ENTITIES..=most_apart).contains(&gap), "{per}: {gap}");
+                    }
+                    before = mark.before as usize;
+                }
+                seen += block.entities;
+            }
+            assert_eq!(seen, input.len());
+        }
     }
 
     #[test]

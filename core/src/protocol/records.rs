@@ -329,6 +329,10 @@ pub struct KeyMark {
     pub key: EntityKey,
     /// Entities of the block before it.
     pub before: u64,
+    /// Whether the key is the first of its partition (the entity before it in the block
+    /// is of another). Absent (false) in records written before it was added.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub starts_partition: bool,
 }
 
 /// One data blob.
