@@ -90,8 +90,6 @@ pub struct Packer {
     marks: Vec<KeyMark>,
     /// The PartitionKey of the last batch packed (in this block or the one before).
     last_partition: Option<String>,
-    /// Entities of that partition packed so far.
-    partition_run: usize,
     /// Whether the open block began inside a partition (after some of its entities).
     began_inside: bool,
     batch: Vec<Entity>,
@@ -118,7 +116,6 @@ impl Packer {
             last_key: None,
             marks: Vec::new(),
             last_partition: None,
-            partition_run: 0,
             began_inside: false,
             batch: Vec::with_capacity(MAX_BATCH_OPERATIONS),
             batch_bytes: 0,
@@ -189,25 +186,22 @@ impl Packer {
             .last_partition
             .as_ref()
             .is_some_and(|pk| *pk != f.partition_key);
-        if starts_partition {
-            self.partition_run = 0;
-        }
         if self.first_key.is_none() {
             self.first_key = Some(EntityKey::new(&f.partition_key, &f.row_key));
-            self.began_inside = self.partition_run > 0;
+            self.began_inside = self
+                .last_partition
+                .as_ref()
+                .is_some_and(|pk| *pk == f.partition_key);
         } else {
             let last_mark = self.marks.last().map_or(0, |m| m.before as usize);
             let since = self.block_entities - last_mark;
             // A mark where a partition starts lets the next backup's plan cut between
-            // partitions (one query per task); inside a partition of a thousand or more
-            // the plan cuts by RowKey anyway, and elsewhere the mark waits for the
-            // next partition, at most half as long again.
-            // A block that began inside a partition marks where the next one starts,
-            // however soon: its first part is then that partition's tail alone.
-            let due = (since >= MARK_ENTITIES
-                && (starts_partition
-                    || self.partition_run >= MARK_ENTITIES
-                    || 2 * since >= 3 * MARK_ENTITIES))
+            // partitions (one query per task), so one is made at any partition start
+            // half an interval on; otherwise one every interval, inside a partition if
+            // need be. A block that began inside a partition marks where the next one
+            // starts, however soon: its first part is then that partition's tail alone.
+            let due = since >= MARK_ENTITIES
+                || (starts_partition && 2 * since >= MARK_ENTITIES)
                 || (starts_partition && self.began_inside && self.marks.is_empty());
             if due {
                 self.marks.push(KeyMark {
@@ -217,7 +211,6 @@ impl Packer {
                 });
             }
         }
-        self.partition_run += self.batch.len();
         if self.last_partition.as_ref() != Some(&f.partition_key) {
             self.last_partition = Some(f.partition_key.clone());
         }
@@ -314,7 +307,11 @@ mod tests {
             let mut before = 0u64;
             for mark in &block.marks {
                 let gap = (mark.before - before) as usize;
-                assert!((MARK_ENTITIES..MARK_ENTITIES + 100).contains(&gap), "{gap}");
+                // A partition start half an interval on, else a batch start an interval on.
+                assert!(
+                    (MARK_ENTITIES / 2..MARK_ENTITIES + 100).contains(&gap),
+                    "{gap}"
+                );
                 // The mark is the key of the entity that many into the block.
                 let at = &input[seen + mark.before as usize];
                 assert_eq!(mark.key, EntityKey::new(&at.partition_key, &at.row_key));
@@ -326,19 +323,14 @@ mod tests {
         assert_eq!(seen, input.len());
     }
 
-    /// Marks fall where partitions start when partitions are smaller than the marks'
-    /// interval (so the next backup's plan can cut between partitions and read each
-    /// range with one query), and every ~1,000 entities inside larger ones; each says
-    /// whether its key is the first of its partition. A block that began inside a
-    /// partition marks the next partition's start, however soon.
+    /// Marks fall at partition starts half an interval on (so the next backup's plan can
+    /// cut between partitions and read each range with one query), else every ~1,000
+    /// entities inside a partition; each says whether its key is the first of its
+    /// partition. A block that began inside a partition marks the next partition's
+    /// start, however soon.
     #[test]
     fn marks_fall_where_partitions_start_and_say_so() {
-        for (per, most_apart) in [
-            (300usize, 1_300usize),
-            (500, 1_500),
-            (700, 1_500),
-            (5_000, 1_100),
-        ] {
+        for per in [300usize, 500, 700, 5_000] {
             let input = entities(40_000 / per, per, 10);
             let mut config = PackerConfig::new("T", Compression::None);
             config.block_bytes = 256 * 1024;
@@ -357,8 +349,16 @@ mod tests {
                         assert!(starts, "{per}: mark at {at} inside a partition");
                     }
                     let gap = mark.before as usize - before;
+                    let least = if starts {
+                        MARK_ENTITIES / 2
+                    } else {
+                        MARK_ENTITIES
+                    };
                     if !(i == 0 && began_inside) {
-                        assert!((MARK_ENTITIES..=most_apart).contains(&gap), "{per}: {gap}");
+                        assert!(
+                            (least..MARK_ENTITIES + 100).contains(&gap),
+                            "{per}: {gap} after the last mark"
+                        );
                     }
                     before = mark.before as usize;
                 }
