@@ -1003,3 +1003,51 @@ async fn the_worker_that_commits_the_last_task_finalizes_the_backup() {
         .unwrap();
     assert_eq!(manifest.entities, source.len() as u64);
 }
+
+/// A task with nothing waiting looks for a cut at every page. One that found none (its
+/// remainder too small to split, and only shrinking) asked again at the next page, and
+/// each search asked the same `$top=1` questions again (the tail task of a repeat backup
+/// sent 25 probes for no split; each is a whole-table filter on the emulator). Now a
+/// fruitless search ends the looking for that attempt: no probe is sent twice.
+#[tokio::test]
+async fn a_split_search_that_found_nothing_is_not_asked_again() {
+    let env = TestEnv::start().await;
+    let client = TableClient::new(&env.account).unwrap();
+    let table = unique_table("fruitless");
+    let source = load_numbered(&client, &table, 25, 100).await;
+    // Every request slower than the least time between two looks, so each page's look
+    // is due.
+    let slow = FaultPlan {
+        slow: 1.0,
+        delay: std::time::Duration::from_millis(60),
+        ..FaultPlan::none()
+    };
+    let (conn, proxies) = proxied_connection_string(&env.connection_string(), &slow).await;
+    let through_proxy = StorageAccount::from_connection_string(&conn).unwrap();
+    let req = backup_of(&through_proxy, &table);
+    let (blobs, manifest) = complete_backup(&req, &target(&env.account), 1, 2_500).await;
+    let probes: Vec<String> = proxies[2]
+        .request_lines()
+        .iter()
+        .map(|l| {
+            percent_encoding::percent_decode_str(l)
+                .decode_utf8_lossy()
+                .into_owned()
+        })
+        .filter(|l| l.contains("$top=1&") || l.contains("$top=1 "))
+        .collect();
+    assert!(
+        !probes.is_empty(),
+        "the first page's look searched for a cut"
+    );
+    let mut distinct = probes.clone();
+    distinct.sort();
+    distinct.dedup();
+    assert_eq!(
+        distinct.len(),
+        probes.len(),
+        "a probe was sent twice: {probes:#?}"
+    );
+    assert_eq!(manifest.tables[0].ranges.len(), 1, "nothing to split");
+    assert_eq!(read_backup(&blobs, &manifest, &table).await, source);
+}

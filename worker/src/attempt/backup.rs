@@ -16,6 +16,7 @@
 
 use std::collections::VecDeque;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 use tablevault_azure::table::{EntityPage, Filter, Query, TableClient};
 use tablevault_core::format::{FORMAT_VERSION, Packer, PackerConfig};
@@ -27,7 +28,9 @@ use tablevault_core::protocol::{
     split_task_id,
 };
 use tablevault_core::queue::TaskQueue;
-use tablevault_core::split::{PageRead, PartitionRead, ReadSoFar, TableProbe, find_split};
+use tablevault_core::split::{
+    KeyProbe, PageRead, PartitionRead, Probe, ReadSoFar, TableProbe, find_split,
+};
 use tablevault_core::stats::WorkerStats;
 use tablevault_core::store::{BackupPaths, BlockWriter, CreateOutcome, Store, StoreError};
 use tokio::sync::{mpsc, watch};
@@ -188,6 +191,12 @@ impl BackupAttempt<'_> {
     /// end at one and a half times that, and puts the upper parts there. Returns the new
     /// tasks, upper ones first.
     /// Splitting only speeds things up, so any failure just means no split.
+    ///
+    /// With no task waiting, a search that sent probes and found no cut sets
+    /// `fruitless`: the remainder was too small to split, and only shrinks as the task
+    /// reads on, so the caller stops looking. Asked again at every page, the tail task
+    /// of a repeat backup sent 25 probes for no split (each a whole-table filter on the
+    /// emulator).
     async fn try_split(
         &self,
         splitting: &Splitting<'_>,
@@ -195,6 +204,7 @@ impl BackupAttempt<'_> {
         seen_next: Option<&EntityKey>,
         end: Option<&EntityKey>,
         read: ReadSoFar<'_>,
+        fruitless: &mut bool,
     ) -> Vec<PlannedTask> {
         // Where partitions have a rate (Azure), the rest of one is read fastest by one
         // task, and a remainder is only cut in two (`find_split`).
@@ -214,9 +224,12 @@ impl BackupAttempt<'_> {
             },
             Ok(Some(_)) | Err(_) => return Vec::new(),
         };
-        let probe = TableProbe {
-            client: self.source,
-            table: self.table,
+        let probe = CountingProbe {
+            inner: TableProbe {
+                client: self.source,
+                table: self.table,
+            },
+            sent: AtomicUsize::new(0),
         };
         let split = match find_split(
             &probe,
@@ -231,7 +244,10 @@ impl BackupAttempt<'_> {
         .await
         {
             Ok(Some(s)) => s,
-            Ok(None) => return Vec::new(),
+            Ok(None) => {
+                *fruitless = outweigh.is_none() && probe.sent.load(Ordering::Relaxed) > 0;
+                return Vec::new();
+            }
             Err(e) => {
                 tracing::debug!(error = %e, "could not probe for a split point; not splitting");
                 return Vec::new();
@@ -382,6 +398,8 @@ impl BackupAttempt<'_> {
             // Whether to offer half of the rest to idle workers once the next page is
             // in: it shows where the next partition starts, sparing a probe.
             let mut look_due = false;
+            // Set once a search for a cut with nothing waiting found none (`try_split`).
+            let mut fruitless = false;
             'pages: loop {
                 let page = tokio::select! {
                     page = rx.recv() => page,
@@ -420,7 +438,14 @@ impl BackupAttempt<'_> {
                         planned: splitting.planned,
                     };
                     let pieces = self
-                        .try_split(splitting, after, seen_next.as_ref(), end.as_ref(), so_far)
+                        .try_split(
+                            splitting,
+                            after,
+                            seen_next.as_ref(),
+                            end.as_ref(),
+                            so_far,
+                            &mut fruitless,
+                        )
                         .await;
                     if let Some(lowest) = pieces.last() {
                         end = lowest.range.start.clone();
@@ -478,6 +503,7 @@ impl BackupAttempt<'_> {
                 // A full page with more to come: worth offering half of the rest to
                 // idle workers, at most every SPLIT_CHECK_INTERVAL.
                 look_due = self.splitting.is_some()
+                    && !fruitless
                     && full
                     && last_look.is_none_or(|t| t.elapsed() >= SPLIT_CHECK_INTERVAL);
                 if look_due {
@@ -495,6 +521,20 @@ impl BackupAttempt<'_> {
         .await;
         scanner.abort();
         result
+    }
+}
+
+/// Counts the probes a split search sends.
+struct CountingProbe<'a> {
+    inner: TableProbe<'a>,
+    sent: AtomicUsize,
+}
+
+#[async_trait::async_trait]
+impl KeyProbe for CountingProbe<'_> {
+    async fn first_key(&self, probe: Probe<'_>) -> tablevault_azure::Result<Option<EntityKey>> {
+        self.sent.fetch_add(1, Ordering::Relaxed);
+        self.inner.first_key(probe).await
     }
 }
 
