@@ -1007,8 +1007,8 @@ async fn the_worker_that_commits_the_last_task_finalizes_the_backup() {
 /// A task with nothing waiting looks for a cut at every page. One that found none (its
 /// remainder too small to split, and only shrinking) asked again at the next page, and
 /// each search asked the same `$top=1` questions again (the tail task of a repeat backup
-/// sent 25 probes for no split; each is a whole-table filter on the emulator). Now a
-/// fruitless search ends the looking for that attempt: no probe is sent twice.
+/// sent 25 probes for no split; each is a whole-table filter on the emulator). Now each
+/// fruitless search doubles the looks skipped after it: here, no probe is sent twice.
 #[tokio::test]
 async fn a_split_search_that_found_nothing_is_not_asked_again() {
     let env = TestEnv::start().await;
@@ -1049,5 +1049,39 @@ async fn a_split_search_that_found_nothing_is_not_asked_again() {
         "a probe was sent twice: {probes:#?}"
     );
     assert_eq!(manifest.tables[0].ranges.len(), 1, "nothing to split");
+    assert_eq!(read_backup(&blobs, &manifest, &table).await, source);
+}
+
+/// Regression: with the first fruitless split search ending all looking, a first
+/// backup of a small tenant's keys below a large one's (1,000 under `acme-`, 19,000
+/// under `zeta-`) was read by its first task alone: its first look, with only the small
+/// tenant read, found no cut. Fruitless searches now only space the looks out.
+#[tokio::test]
+async fn a_first_task_that_found_no_cut_yet_still_splits_later() {
+    let env = TestEnv::start().await;
+    let client = TableClient::new(&env.account).unwrap();
+    let table = unique_table("latesplit");
+    let n = 20_000u64;
+    let mut source = load_keys(&client, &table, n, |i| {
+        let pk = if i < 1_000 {
+            format!("acme-{:05}", i / 50)
+        } else {
+            format!("zeta-{:05}", (i - 1_000) / 50)
+        };
+        (pk, format!("order-{i:010}"))
+    })
+    .await;
+    source.sort_by(|a, b| (&a.partition_key, &a.row_key).cmp(&(&b.partition_key, &b.row_key)));
+    let req = backup_of(&env.account, &table);
+    let (blobs, manifest) = complete_backup(&req, &target(&env.account), 4, n).await;
+    let counts: Vec<u64> = manifest.tables[0]
+        .ranges
+        .iter()
+        .map(|r| r.entities)
+        .collect();
+    assert!(
+        counts.len() >= 4 && counts.iter().all(|&c| c * 2 <= n),
+        "{counts:?}"
+    );
     assert_eq!(read_backup(&blobs, &manifest, &table).await, source);
 }

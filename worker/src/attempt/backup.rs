@@ -193,10 +193,12 @@ impl BackupAttempt<'_> {
     /// Splitting only speeds things up, so any failure just means no split.
     ///
     /// With no task waiting, a search that sent probes and found no cut sets
-    /// `fruitless`: the remainder was too small to split, and only shrinks as the task
-    /// reads on, so the caller stops looking. Asked again at every page, the tail task
-    /// of a repeat backup sent 25 probes for no split (each a whole-table filter on the
-    /// emulator).
+    /// `fruitless`, and the caller looks less often: after the n-th such search it skips
+    /// the next 2^n - 1 looks. Mostly the remainder was too small to split and only
+    /// shrinks as the task reads on; asked again at every page, the tail task of a
+    /// repeat backup sent 25 probes for no split (each a whole-table filter on the
+    /// emulator). It does not stop looking: a first task that has read only a small
+    /// tenant's keys may find no cut yet and one a few pages on.
     async fn try_split(
         &self,
         splitting: &Splitting<'_>,
@@ -398,8 +400,10 @@ impl BackupAttempt<'_> {
             // Whether to offer half of the rest to idle workers once the next page is
             // in: it shows where the next partition starts, sparing a probe.
             let mut look_due = false;
-            // Set once a search for a cut with nothing waiting found none (`try_split`).
+            // Set by a search for a cut with nothing waiting that found none (`try_split`).
             let mut fruitless = false;
+            // Fruitless searches so far, and looks still to skip after the last one.
+            let (mut fruitless_searches, mut looks_to_skip) = (0u32, 0u32);
             'pages: loop {
                 let page = tokio::select! {
                     page = rx.recv() => page,
@@ -447,6 +451,10 @@ impl BackupAttempt<'_> {
                             &mut fruitless,
                         )
                         .await;
+                    if std::mem::take(&mut fruitless) {
+                        fruitless_searches += 1;
+                        looks_to_skip = (1u32 << fruitless_searches.min(16)) - 1;
+                    }
                     if let Some(lowest) = pieces.last() {
                         end = lowest.range.start.clone();
                         end_tx.send_replace(end.clone());
@@ -503,9 +511,12 @@ impl BackupAttempt<'_> {
                 // A full page with more to come: worth offering half of the rest to
                 // idle workers, at most every SPLIT_CHECK_INTERVAL.
                 look_due = self.splitting.is_some()
-                    && !fruitless
                     && full
                     && last_look.is_none_or(|t| t.elapsed() >= SPLIT_CHECK_INTERVAL);
+                if look_due && looks_to_skip > 0 {
+                    looks_to_skip -= 1;
+                    look_due = false;
+                }
                 if look_due {
                     last_look = Some(Instant::now());
                 }
