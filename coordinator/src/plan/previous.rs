@@ -400,21 +400,7 @@ mod tests {
             sealed.extend(packer.push(e));
         }
         sealed.extend(packer.finish());
-        let blocks = sealed
-            .into_iter()
-            .map(|b| BlockRecord {
-                id: String::new(),
-                offset: 0,
-                length: b.data.len() as u64,
-                raw_length: b.raw_len as u64,
-                entities: b.entities as u64,
-                batches: b.batches as u64,
-                sha256: b.sha256,
-                first_key: b.first_key,
-                last_key: b.last_key,
-                marks: b.marks,
-            })
-            .collect();
+        let blocks = sealed.iter().map(|b| b.record(String::new(), 0)).collect();
         (blocks, keys)
     }
 

@@ -12,7 +12,7 @@ use super::Compression;
 use super::block::{write_batch, write_footer, write_header};
 use super::compress::{BlockEncoder, ZstdContext};
 use crate::keys::EntityKey;
-use crate::protocol::KeyMark;
+use crate::protocol::{BlockRecord, KeyMark};
 use tablevault_azure::table::{Entity, MAX_BATCH_OPERATIONS};
 
 /// Default uncompressed size at which a block is sealed (about 3.8 MiB).
@@ -67,6 +67,24 @@ pub struct SealedBlock {
     pub marks: Vec<KeyMark>,
     /// Lower-case hex SHA-256 of `data`.
     pub sha256: String,
+}
+
+impl SealedBlock {
+    /// How a commit record lists it, as block `id` at `offset` of its blob.
+    pub fn record(&self, id: String, offset: u64) -> BlockRecord {
+        BlockRecord {
+            id,
+            offset,
+            length: self.data.len() as u64,
+            raw_length: self.raw_len as u64,
+            entities: self.entities as u64,
+            batches: self.batches as u64,
+            sha256: self.sha256.clone(),
+            first_key: self.first_key.clone(),
+            last_key: self.last_key.clone(),
+            marks: self.marks.clone(),
+        }
+    }
 }
 
 /// Entities between two keys a block records for the next backup's planning

@@ -102,18 +102,7 @@ impl BlockWriter {
         }
         let id = block_id(self.blocks.len());
         let length = block.data.len() as u64;
-        self.blocks.push(BlockRecord {
-            id: id.clone(),
-            offset: self.offset,
-            length,
-            raw_length: block.raw_len as u64,
-            entities: block.entities as u64,
-            batches: block.batches as u64,
-            sha256: block.sha256,
-            first_key: block.first_key,
-            last_key: block.last_key,
-            marks: block.marks,
-        });
+        self.blocks.push(block.record(id.clone(), self.offset));
         self.offset += length;
         if self.blocks.len() == 1 {
             self.held = Some((id, block.data));
