@@ -19,7 +19,7 @@ mod probe;
 mod scale;
 mod share;
 
-pub use probe::{KeyProbe, MAX_PROBES, Probe, TableProbe};
+pub use probe::{CountingProbe, KeyProbe, MAX_PROBES, Probe, TableProbe};
 pub use scale::{fraction, increment, midpoint, point_at};
 pub use share::{
     LARGE_PARTITION_READ, MAX_PIECES, MIN_SPLIT_ENTITIES, PIECE_ENTITIES, balanced_share,
@@ -228,8 +228,7 @@ pub async fn find_split(
                 .filter(|c| end.is_none_or(|e| cmp_keys(c, &e.pk).is_lt()))
                 .or_else(|| end.map(|e| e.pk.clone()));
             let hi = match known {
-                Some(bound) if !may_search => Some(bound),
-                None if !may_search => None,
+                _ if !may_search => known,
                 Some(bound) => {
                     let from = read.map(|r| r.first.pk.as_str());
                     let tighter = tighten(&mut p, &across, from, &next.pk, &bound).await?;

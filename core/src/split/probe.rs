@@ -115,6 +115,44 @@ pub trait KeyProbe: Send + Sync {
     async fn first_key(&self, probe: Probe<'_>) -> tablevault_azure::Result<Option<EntityKey>>;
 }
 
+#[async_trait]
+impl<T: KeyProbe + ?Sized> KeyProbe for &T {
+    async fn first_key(&self, probe: Probe<'_>) -> tablevault_azure::Result<Option<EntityKey>> {
+        (**self).first_key(probe).await
+    }
+}
+
+/// A [`KeyProbe`] that counts the probes it passes on: whether a split search that
+/// found no cut spent any.
+pub struct CountingProbe<P> {
+    /// Where the probes go.
+    pub inner: P,
+    sent: std::sync::atomic::AtomicUsize,
+}
+
+impl<P> CountingProbe<P> {
+    /// Counts what `inner` answers.
+    pub fn new(inner: P) -> Self {
+        CountingProbe {
+            inner,
+            sent: std::sync::atomic::AtomicUsize::new(0),
+        }
+    }
+
+    /// Probes passed on so far.
+    pub fn sent(&self) -> usize {
+        self.sent.load(std::sync::atomic::Ordering::Relaxed)
+    }
+}
+
+#[async_trait]
+impl<P: KeyProbe> KeyProbe for CountingProbe<P> {
+    async fn first_key(&self, probe: Probe<'_>) -> tablevault_azure::Result<Option<EntityKey>> {
+        self.sent.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.inner.first_key(probe).await
+    }
+}
+
 /// A table to probe.
 pub struct TableProbe<'a> {
     /// The client.
@@ -285,7 +323,7 @@ pub(super) async fn find_ceiling(
         reached_at
     };
     // Keys vary at `pos`: gallop up the alphabet there until no key is reached.
-    let Some((top, ceiling)) = gallop(p, dim, &units, pos, 1).await? else {
+    let Some((top, ceiling)) = gallop(p, dim, &units, pos).await? else {
         return Ok(coarse);
     };
     if top > REFINE_WITHIN {
@@ -356,19 +394,18 @@ async fn finer_ceiling(
     Ok((miss_at - hit_at == 1).then(|| with(miss_at)))
 }
 
-/// Gallops up the alphabet at `pos` from `bump(units, pos, known + 1)` (the first
-/// `known` steps are known to be reached), then bisects: the most steps reached and
-/// the first candidate no key reaches. `None` when the budget ends first or keys
-/// reach the top of the alphabet there.
+/// Gallops up the alphabet at `pos` from `bump(units, pos, 2)` (one step up is known
+/// to be reached), then bisects: the most steps reached and the first candidate no key
+/// reaches. `None` when the budget ends first or keys reach the top of the alphabet
+/// there.
 async fn gallop(
     p: &mut Prober<'_>,
     dim: &Dimension<'_>,
     units: &[u16],
     pos: usize,
-    known: usize,
 ) -> tablevault_azure::Result<Option<(usize, String)>> {
-    let mut steps = (2 * known).max(1);
-    let mut last_hit = known;
+    let mut steps = 2;
+    let mut last_hit = 1;
     while p.sent < MAX_PROBES {
         let (c, hit) = p.reaches(dim, units, pos, steps).await?;
         let Some(c) = c else { return Ok(None) };

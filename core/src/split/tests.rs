@@ -629,10 +629,7 @@ fn a_far_inherited_ceiling_is_tightened_before_the_rest_is_measured() {
     let split = |read: usize, outweigh| {
         let i = from + read - 1;
         let next = t.0[i + 1..].iter().find(|k| k.pk != t.0[i].pk).unwrap();
-        let counting = Counting {
-            keys: &t,
-            sent: std::sync::atomic::AtomicUsize::new(0),
-        };
+        let counting = CountingProbe::new(&t);
         let found = run(find_split(
             &counting,
             &t.0[i],
@@ -644,7 +641,7 @@ fn a_far_inherited_ceiling_is_tightened_before_the_rest_is_measured() {
             true,
         ))
         .unwrap();
-        (found, counting.sent.into_inner())
+        (found, counting.sent())
     };
     for (read, outweigh) in [(2_000, None), (2_500, Some(2_500))] {
         let cut = split(read, outweigh).0.expect("24,500 left outweigh 2,500");
@@ -1403,10 +1400,7 @@ struct SimTask {
 /// parts queued, the top one with the ceiling); idle workers take queued tasks. Also
 /// returns the probes its splits sent, whether they split or not.
 fn backup_model(t: &Sorted, workers: usize) -> (Vec<usize>, usize) {
-    let counting = Counting {
-        keys: t,
-        sent: std::sync::atomic::AtomicUsize::new(0),
-    };
+    let counting = CountingProbe::new(t);
     let new_task = |start, end, ceiling, estimate| SimTask {
         start,
         end,
@@ -1500,7 +1494,7 @@ fn backup_model(t: &Sorted, workers: usize) -> (Vec<usize>, usize) {
                     }),
                     planned: task.estimate.is_none(),
                 };
-                let sent_before = counting.sent.load(std::sync::atomic::Ordering::Relaxed);
+                let sent_before = counting.sent();
                 let found = run(find_split(
                     &counting,
                     after,
@@ -1515,7 +1509,7 @@ fn backup_model(t: &Sorted, workers: usize) -> (Vec<usize>, usize) {
                 if std::env::var("SPLIT_TRACE").is_ok() {
                     eprintln!(
                         "TRACE [{}] read {} after {:?} end {:?} outweigh {:?} -> {:?}",
-                        counting.sent.load(std::sync::atomic::Ordering::Relaxed) - sent_before,
+                        counting.sent() - sent_before,
                         task.read,
                         after,
                         task.end.as_ref().map(|e| &e.pk),
@@ -1551,21 +1545,7 @@ fn backup_model(t: &Sorted, workers: usize) -> (Vec<usize>, usize) {
         }
         running = still;
     }
-    (done, counting.sent.into_inner())
-}
-
-/// A [`KeyProbe`] over sorted keys that counts the probes it answers.
-struct Counting<'a> {
-    keys: &'a Sorted,
-    sent: std::sync::atomic::AtomicUsize,
-}
-
-#[async_trait]
-impl KeyProbe for Counting<'_> {
-    async fn first_key(&self, probe: Probe<'_>) -> tablevault_azure::Result<Option<EntityKey>> {
-        self.sent.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        self.keys.first_key(probe).await
-    }
+    (done, counting.sent())
 }
 
 /// A backup of every shape by four workers, modelled on the product ([`backup_model`]):

@@ -16,7 +16,6 @@
 
 use std::collections::VecDeque;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 use tablevault_azure::table::{EntityPage, Filter, Query, TableClient};
 use tablevault_core::format::{FORMAT_VERSION, Packer, PackerConfig};
@@ -29,7 +28,7 @@ use tablevault_core::protocol::{
 };
 use tablevault_core::queue::TaskQueue;
 use tablevault_core::split::{
-    KeyProbe, PageRead, PartitionRead, Probe, ReadSoFar, TableProbe, find_split,
+    CountingProbe, PageRead, PartitionRead, ReadSoFar, TableProbe, find_split,
 };
 use tablevault_core::stats::WorkerStats;
 use tablevault_core::store::{BackupPaths, BlockWriter, CreateOutcome, Store, StoreError};
@@ -226,13 +225,10 @@ impl BackupAttempt<'_> {
             },
             Ok(Some(_)) | Err(_) => return Vec::new(),
         };
-        let probe = CountingProbe {
-            inner: TableProbe {
-                client: self.source,
-                table: self.table,
-            },
-            sent: AtomicUsize::new(0),
-        };
+        let probe = CountingProbe::new(TableProbe {
+            client: self.source,
+            table: self.table,
+        });
         let split = match find_split(
             &probe,
             after,
@@ -247,7 +243,7 @@ impl BackupAttempt<'_> {
         {
             Ok(Some(s)) => s,
             Ok(None) => {
-                *fruitless = outweigh.is_none() && probe.sent.load(Ordering::Relaxed) > 0;
+                *fruitless = outweigh.is_none() && probe.sent() > 0;
                 return Vec::new();
             }
             Err(e) => {
@@ -532,20 +528,6 @@ impl BackupAttempt<'_> {
         .await;
         scanner.abort();
         result
-    }
-}
-
-/// Counts the probes a split search sends.
-struct CountingProbe<'a> {
-    inner: TableProbe<'a>,
-    sent: AtomicUsize,
-}
-
-#[async_trait::async_trait]
-impl KeyProbe for CountingProbe<'_> {
-    async fn first_key(&self, probe: Probe<'_>) -> tablevault_azure::Result<Option<EntityKey>> {
-        self.sent.fetch_add(1, Ordering::Relaxed);
-        self.inner.first_key(probe).await
     }
 }
 
