@@ -26,8 +26,8 @@ pub use share::{
     fan_out_shares,
 };
 
-use probe::{Dimension, Prober, cut_value, find_ceiling};
-use share::{cut_share, fan_out, outreads};
+use probe::{Dimension, Prober, ceiling_below, cut_value, find_ceiling, holds_value_below};
+use share::{CutShare, cut_share, fan_out, outreads};
 
 use crate::keys::{EntityKey, cmp_keys};
 
@@ -132,6 +132,113 @@ async fn tighten(
     Ok(find_ceiling(p, dim, reached)
         .await?
         .filter(|found| cmp_keys(found, hi).is_lt() && cmp_keys(found, reached).is_gt()))
+}
+
+/// A cut placed by a density carried this many times past the entities it was read
+/// from is checked with a probe ([`decide`]).
+const CHECKED_EXTRAPOLATION: f64 = 8.0;
+
+/// What a split needs to know to decide its cut, besides the bound above.
+struct CutInputs<'a> {
+    /// Where the density was read from and how many entities it counts.
+    read_from: Option<(&'a str, u64)>,
+    /// The last page read, where it began and how many it held.
+    page: Option<(&'a str, u64)>,
+    /// The first value of the remainder (the next partition, or the RowKey reached).
+    lo: &'a str,
+    /// The estimate of a task waiting for a worker.
+    outweigh: Option<u64>,
+    /// Entities the task has read.
+    task_read: u64,
+    /// Whether the remainder may go out in pieces.
+    pieces_allowed: bool,
+}
+
+/// How the remainder is cut.
+enum Decision {
+    /// In pieces placed by value: where each starts (the first is where the task
+    /// stops) and the entities each is estimated to hold.
+    Pieces(Vec<String>, u64),
+    /// In two, a share of the way up to the bound given ([`cut_value`]).
+    InTwo(CutShare, Option<String>),
+    /// In two at this value, between the cluster read and the next; size unknown.
+    Between(String),
+}
+
+/// Decides how to cut the remainder from `input.lo` up to `hi`, by the density read
+/// ([`cut_share`], [`fan_out`]); `None` when it is not worth cutting.
+///
+/// Where the cut extrapolates that density far ([`CHECKED_EXTRAPOLATION`]), one probe
+/// asks whether it carries over: the first piece above the part kept (a fan-out's), or
+/// the lower half of the upper part (a cut in two by value), must hold a key. Keys read
+/// in a cluster, the rest of the remainder a gap up to another (a tenant's
+/// `F-00050`-`F-00449` below another's `z-`), measured millions of entities in the
+/// gap: the part kept held every key of the cluster and the pieces above it none, so
+/// one task read 4,000 of 4,500 entities while fourteen empty ones came and went, and
+/// the upper part's estimate kept other tasks from splitting beside it. Where the
+/// probe finds the gap, the cluster's own ceiling is searched for below it
+/// ([`ceiling_below`]), and the density measured against that: the remainder is cut
+/// inside the cluster (the last part holding the clusters above), or, when the
+/// cluster's rest is too small to cut, at its ceiling.
+async fn decide(
+    p: &mut Prober<'_>,
+    dim: &Dimension<'_>,
+    hi: Option<String>,
+    input: &CutInputs<'_>,
+) -> tablevault_azure::Result<Option<Decision>> {
+    let share = |hi: Option<&str>| {
+        cut_share(
+            input.read_from,
+            input.page,
+            hi,
+            input.lo,
+            input.outweigh,
+            input.task_read,
+        )
+    };
+    let fan = |cut: &CutShare, hi: Option<&str>| {
+        fan_out(input.read_from, cut, input.lo, hi, input.outweigh).filter(|_| input.pieces_allowed)
+    };
+    let Some(cut) = share(hi.as_deref()) else {
+        return Ok(None);
+    };
+    let fanned = fan(&cut, hi.as_deref());
+    let read = input.read_from.map_or(0, |r| r.1).max(1) as f64;
+    let far = cut.by_value
+        && cut
+            .rest
+            .is_some_and(|rest| rest > CHECKED_EXTRAPOLATION * read);
+    let checked = match (&fanned, hi.as_deref()) {
+        _ if !far => None,
+        (Some((points, _)), _) if points.len() >= 2 => Some((points[0].clone(), points[1].clone())),
+        (None, Some(hi)) => scale::point_below(input.lo, hi, cut.share).map(|at| {
+            let half = scale::point_below(&at, hi, 0.5).unwrap_or_else(|| hi.to_string());
+            (at, half)
+        }),
+        _ => None,
+    };
+    let Some((from, below)) = checked else {
+        return Ok(Some(match fanned {
+            Some((points, size)) => Decision::Pieces(points, size),
+            None => Decision::InTwo(cut, hi),
+        }));
+    };
+    if holds_value_below(p, dim, &from, &below).await? {
+        return Ok(Some(match fanned {
+            Some((points, size)) => Decision::Pieces(points, size),
+            None => Decision::InTwo(cut, hi),
+        }));
+    }
+    // Nothing lies from `from` up to `below`: the keys read are a cluster below it.
+    let ceiling = ceiling_below(p, dim, input.lo, &from).await?;
+    let tight = Some(ceiling.as_str());
+    Ok(Some(match share(tight) {
+        Some(cut) => match fan(&cut, tight) {
+            Some((points, size)) => Decision::Pieces(points, size),
+            None => Decision::InTwo(cut, Some(ceiling)),
+        },
+        None => Decision::Between(ceiling),
+    }))
 }
 
 /// Finds where to cut the unread part of a range that has been read up to `after`
@@ -259,37 +366,41 @@ pub async fn find_split(
             let page = read
                 .and_then(|r| r.last_page)
                 .and_then(|page| page.across(&next.pk));
-            let Some(cut) = cut_share(
-                read_from,
-                page,
-                hi.as_deref(),
-                &next.pk,
-                outweigh,
-                task_read,
-            ) else {
-                return Ok(None);
-            };
             // Pieces are cut by the density read: not when most of it is one large
             // partition (with Zipf-like sizes, a large partition made the sparse ones
             // after it look as dense: ten pieces of a few hundred entities each).
             let skewed = read.is_some_and(|r| {
                 r.largest_partition >= LARGE_PARTITION_READ && 2 * r.largest_partition > r.entities
             });
-            let allowed = unpaced && !skewed && pieces_allowed;
-            if let Some((points, size)) =
-                fan_out(read_from, &cut, &next.pk, hi.as_deref(), outweigh).filter(|_| allowed)
-            {
-                estimate = Some(size);
-                let mut points = points.into_iter().map(EntityKey::partition_start);
-                let at = points.next().expect("fan_out gives at least two points");
-                pieces = points.collect();
-                at
-            } else {
-                estimate = cut.upper();
-                let pk = cut_value(&mut p, &across, &next.pk, hi, cut.share, cut.by_value, page)
-                    .await?
-                    .unwrap_or(next.pk);
-                EntityKey::partition_start(pk)
+            let input = CutInputs {
+                read_from,
+                page,
+                lo: &next.pk,
+                outweigh,
+                task_read,
+                pieces_allowed: unpaced && !skewed && pieces_allowed,
+            };
+            match decide(&mut p, &across, hi, &input).await? {
+                None => return Ok(None),
+                Some(Decision::Pieces(points, size)) => {
+                    estimate = Some(size);
+                    let mut points = points.into_iter().map(EntityKey::partition_start);
+                    let at = points.next().expect("fan_out gives at least two points");
+                    pieces = points.collect();
+                    at
+                }
+                Some(Decision::InTwo(cut, hi)) => {
+                    estimate = cut.upper();
+                    let pk =
+                        cut_value(&mut p, &across, &next.pk, hi, cut.share, cut.by_value, page)
+                            .await?
+                            .unwrap_or(next.pk);
+                    EntityKey::partition_start(pk)
+                }
+                Some(Decision::Between(pk)) => {
+                    estimate = None;
+                    EntityKey::partition_start(pk)
+                }
             }
         }
         None if !unpaced => return Ok(None),
@@ -341,40 +452,43 @@ pub async fn find_split(
             let page = read
                 .and_then(|r| r.last_page)
                 .and_then(|page| page.inside(&after.pk));
-            let Some(cut) = cut_share(
+            let input = CutInputs {
                 read_from,
                 page,
-                hi.as_deref(),
-                &after.rk,
+                lo: &after.rk,
                 outweigh,
                 task_read,
-            ) else {
-                return Ok(None);
+                pieces_allowed,
             };
-            if let Some((points, size)) =
-                fan_out(read_from, &cut, &after.rk, hi.as_deref(), outweigh)
-                    .filter(|_| pieces_allowed)
-            {
-                estimate = Some(size);
-                let mut points = points.into_iter().map(|rk| EntityKey::new(&after.pk, rk));
-                let at = points.next().expect("fan_out gives at least two points");
-                pieces = points.collect();
-                at
-            } else {
-                estimate = cut.upper();
-                match cut_value(
-                    &mut p,
-                    &inside,
-                    &after.rk,
-                    hi,
-                    cut.share,
-                    cut.by_value,
-                    page,
-                )
-                .await?
-                {
-                    Some(rk) => EntityKey::new(&after.pk, rk),
-                    None => return Ok(None),
+            match decide(&mut p, &inside, hi, &input).await? {
+                None => return Ok(None),
+                Some(Decision::Pieces(points, size)) => {
+                    estimate = Some(size);
+                    let mut points = points.into_iter().map(|rk| EntityKey::new(&after.pk, rk));
+                    let at = points.next().expect("fan_out gives at least two points");
+                    pieces = points.collect();
+                    at
+                }
+                Some(Decision::InTwo(cut, hi)) => {
+                    estimate = cut.upper();
+                    match cut_value(
+                        &mut p,
+                        &inside,
+                        &after.rk,
+                        hi,
+                        cut.share,
+                        cut.by_value,
+                        page,
+                    )
+                    .await?
+                    {
+                        Some(rk) => EntityKey::new(&after.pk, rk),
+                        None => return Ok(None),
+                    }
+                }
+                Some(Decision::Between(rk)) => {
+                    estimate = None;
+                    EntityKey::new(&after.pk, rk)
                 }
             }
         }

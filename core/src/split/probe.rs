@@ -494,6 +494,41 @@ pub(super) async fn cut_value(
     bisect(p, dim, lo, hi, share).await
 }
 
+/// Whether the dimension holds a value at or above `from` and below `below`: one probe.
+pub(super) async fn holds_value_below(
+    p: &mut Prober<'_>,
+    dim: &Dimension<'_>,
+    from: &str,
+    below: &str,
+) -> tablevault_azure::Result<bool> {
+    Ok(p.first_at(dim, from)
+        .await?
+        .is_some_and(|v| cmp_keys(&v, below).is_lt()))
+}
+
+/// A value no key of the dimension reaches from `lo` up to `bound` (`lo` is one of its
+/// keys, `bound` lies above): the ceiling of the cluster `lo` is in, when nothing lies
+/// between `bound` and the next cluster. `bound` itself when no tighter one is found.
+pub(super) async fn ceiling_below(
+    p: &mut Prober<'_>,
+    dim: &Dimension<'_>,
+    lo: &str,
+    bound: &str,
+) -> tablevault_azure::Result<String> {
+    let end = EntityKey::partition_start(bound);
+    let inside = match *dim {
+        Dimension::Partitions { .. } => Dimension::Partitions { end: Some(&end) },
+        Dimension::Rows { partition, .. } => Dimension::Rows {
+            partition,
+            below: Some(bound),
+        },
+    };
+    Ok(find_ceiling(p, &inside, lo)
+        .await?
+        .filter(|c| cmp_keys(c, lo).is_gt() && cmp_keys(c, bound).is_lt())
+        .unwrap_or_else(|| bound.to_string()))
+}
+
 /// Where a cut's size is unknown, the bound to cut below: the bound of the cluster the
 /// task is reading ([`cluster_bound`]: the keys that share a prefix with the last page),
 /// tightened by probes to just above its keys, where it is below `hi`. Halving the

@@ -567,10 +567,13 @@ fn a_scan_that_knows_both_bounds_and_what_follows_cuts_without_probes() {
 }
 
 #[test]
-fn a_cut_placed_by_value_in_a_gap_leaves_the_upper_part_empty_and_the_next_cut_is_lower() {
-    // Two clusters of partitions far apart, the range ending where the second
-    // starts: a cut by value between them hands out an empty range; the splitter,
-    // now ending there, cuts again inside the first cluster.
+fn a_cut_by_value_that_would_fall_in_a_gap_is_measured_against_the_cluster() {
+    // Two clusters of partitions far apart, the range ending where the second starts.
+    // The density of the thousand keys read, carried over the span up to the end, put
+    // the cut by value in the gap between them: it handed out an empty range with an
+    // estimate of millions, and the splitter kept the whole cluster. One probe now
+    // finds the part above the cut empty; the cluster's ceiling is searched for, and
+    // the remainder cut by the density measured against it.
     let keys: Vec<EntityKey> = (0..10_000)
         .map(|i| EntityKey::new(format!("a{i:05}"), ""))
         .chain((0..10).map(|i| EntityKey::new(format!("z{i:05}"), "")))
@@ -578,7 +581,7 @@ fn a_cut_placed_by_value_in_a_gap_leaves_the_upper_part_empty_and_the_next_cut_i
     let t = Sorted::new(keys);
     let end = EntityKey::partition_start("z");
     let read = plain_read(&t.0[0], 1_000);
-    let first = run(find_split(
+    let split = run(find_split(
         &t,
         &t.0[999],
         Some(&t.0[1_000]),
@@ -590,17 +593,35 @@ fn a_cut_placed_by_value_in_a_gap_leaves_the_upper_part_empty_and_the_next_cut_i
     ))
     .unwrap()
     .unwrap();
+    // The parts: what the task keeps, then each piece, the last up to the end.
+    let mut bounds = vec![t.0[1_000].clone(), split.at.clone()];
+    bounds.extend(split.pieces.iter().cloned());
+    bounds.push(end.clone());
+    let parts: Vec<usize> = bounds
+        .windows(2)
+        .map(|w| t.0.iter().filter(|k| **k >= w[0] && **k < w[1]).count())
+        .collect();
     assert!(
-        !t.0.iter().any(|k| *k >= first.at && *k < end),
-        "{:?}",
-        first.at
+        parts.iter().all(|&n| (1_500..=6_000).contains(&n)),
+        "parts of the 9,000 left: {parts:?}, {split:?}"
     );
-    // Hardly anything was read over the span down to the cut, so it looks large.
-    let second = run(find_split(
+    let estimate = split
+        .estimate
+        .expect("measured against the cluster's ceiling") as usize;
+    assert!(
+        parts[1..]
+            .iter()
+            .all(|&n| n / 2 <= estimate && estimate <= n * 2),
+        "estimate {estimate} for {parts:?}"
+    );
+    assert!(split.probes <= 16, "{split:?}");
+    // A cut by value in a cluster the read measures truly is not checked: no probe.
+    let near = EntityKey::partition_start("a05000");
+    let plain = run(find_split(
         &t,
         &t.0[999],
         Some(&t.0[1_000]),
-        Some(&first.at),
+        Some(&near),
         None,
         Some(read),
         None,
@@ -608,7 +629,7 @@ fn a_cut_placed_by_value_in_a_gap_leaves_the_upper_part_empty_and_the_next_cut_i
     ))
     .unwrap()
     .unwrap();
-    assert!(second.at < first.at);
+    assert_eq!(plain.probes, 0, "{plain:?}");
 }
 
 /// A task reading a large tenant under a far ceiling (the next letter above its keys,
@@ -1579,6 +1600,16 @@ fn four_workers_share_every_shape() {
             tenants("丟", "j😊"),
             2.0,
         ),
+        (
+            "tenants, one-letter prefixes, large first",
+            two_tenants("F", "z", (47_500, 2_500), 50),
+            2.0,
+        ),
+        (
+            "tenants, one-letter prefixes, small partitions",
+            two_tenants("F", "z", (40_000, 5_000), 10),
+            2.0,
+        ),
         ("zipf", zipf, 2.0),
         ("sequential", sequential(50_000), 2.0),
         ("guid", guid_partitions(20_000), 2.0),
@@ -1637,4 +1668,28 @@ fn zipf_table(n: u64) -> Sorted {
             })
             .collect(),
     )
+}
+
+/// A large tenant under a one-letter prefix, a small one far above it (`F-` and `z-`,
+/// drawn by the split soak's seed 36): the first split's density, read from a thousand
+/// `F-` keys, measured millions of entities up to the ceiling above `z-`. Its pieces
+/// all fell between the tenants: one task read 4,000 of the 4,500 entities while
+/// fourteen empty tasks came and went.
+#[test]
+fn a_large_tenant_far_below_a_small_one_is_shared_out() {
+    let keys: Vec<EntityKey> = (0..4_500u32)
+        .map(|i| {
+            let tenant = if i < 500 { "z" } else { "F" };
+            EntityKey::new(format!("{tenant}-{:05}", i / 10), format!("{i:05}"))
+        })
+        .collect();
+    let t = Sorted::new(keys);
+    let (tasks, probes) = backup_model(&t, 4);
+    let largest = *tasks.iter().max().unwrap();
+    assert!(largest * 4 <= 4_500 * 3, "{tasks:?}");
+    assert!(
+        tasks.iter().all(|&n| n > 0),
+        "no task is cut where no key lies: {tasks:?}"
+    );
+    assert!(probes <= MODEL_PROBES, "{probes} probes");
 }
