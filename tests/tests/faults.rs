@@ -178,9 +178,15 @@ async fn fault_soak() {
     if std::env::var_os("TABLEVAULT_FAULT_SOAK").is_none() {
         return;
     }
+    // `TABLEVAULT_FAULT_SEEDS=4,5,6` draws other faults than the default three seeds.
+    let seeds: Vec<u64> = std::env::var("TABLEVAULT_FAULT_SEEDS")
+        .ok()
+        .map(|v| v.split(',').filter_map(|s| s.trim().parse().ok()).collect())
+        .filter(|v: &Vec<u64>| !v.is_empty())
+        .unwrap_or_else(|| vec![1, 2, 3]);
     let mut lines = Vec::new();
     for rate in [0.05, 0.15] {
-        for seed in [1, 2, 3] {
+        for &seed in &seeds {
             lines.push(backup_and_restore_under_faults(rate, seed, 40, 500).await);
             println!("{}", lines.last().unwrap());
         }
