@@ -547,15 +547,5 @@ async fn cluster_or(
         return Ok(hi);
     };
     // `bound` is below `hi`, so below the dimension's own end too.
-    let end = EntityKey::partition_start(bound.clone());
-    let inside = match *dim {
-        Dimension::Partitions { .. } => Dimension::Partitions { end: Some(&end) },
-        Dimension::Rows { partition, .. } => Dimension::Rows {
-            partition,
-            below: Some(&bound),
-        },
-    };
-    Ok(Some(
-        find_ceiling(p, &inside, reached).await?.unwrap_or(bound),
-    ))
+    Ok(Some(ceiling_below(p, dim, reached, &bound).await?))
 }
