@@ -154,19 +154,18 @@ struct CutInputs<'a> {
     pieces_allowed: bool,
 }
 
-/// How the remainder is cut.
-enum Decision {
-    /// In pieces placed by value: where each starts (the first is where the task
-    /// stops) and the entities each is estimated to hold.
-    Pieces(Vec<String>, u64),
-    /// In two, a share of the way up to the bound given ([`cut_value`]).
-    InTwo(CutShare, Option<String>),
-    /// In two at this value, between the cluster read and the next; size unknown.
-    Between(String),
+/// A cut [`decide`] placed.
+struct Cut {
+    /// Where the upper part starts; `None` when probes found no value to cut at.
+    at: Option<String>,
+    /// Entities the upper part (each piece, with `pieces`) is estimated to hold.
+    estimate: Option<u64>,
+    /// Where further pieces start, above `at`.
+    pieces: Vec<String>,
 }
 
-/// Decides how to cut the remainder from `input.lo` up to `hi`, by the density read
-/// ([`cut_share`], [`fan_out`]); `None` when it is not worth cutting.
+/// Decides where to cut the remainder from `input.lo` up to `hi`, by the density read
+/// ([`cut_share`], [`fan_out`], [`cut_value`]); `None` when it is not worth cutting.
 ///
 /// Where the cut extrapolates that density far ([`CHECKED_EXTRAPOLATION`]), one probe
 /// asks whether it carries over: the first piece above the part kept (a fan-out's), or
@@ -185,7 +184,7 @@ async fn decide(
     dim: &Dimension<'_>,
     hi: Option<String>,
     input: &CutInputs<'_>,
-) -> tablevault_azure::Result<Option<Decision>> {
+) -> tablevault_azure::Result<Option<Cut>> {
     let share = |hi: Option<&str>| {
         cut_share(
             input.read_from,
@@ -217,27 +216,42 @@ async fn decide(
         }),
         _ => None,
     };
-    let Some((from, below)) = checked else {
-        return Ok(Some(match fanned {
-            Some((points, size)) => Decision::Pieces(points, size),
-            None => Decision::InTwo(cut, hi),
-        }));
+    // A value the check found nothing from, up to where it looked.
+    let gap = match checked {
+        Some((from, below)) => (!holds_value_below(p, dim, &from, &below).await?).then_some(from),
+        None => None,
     };
-    if holds_value_below(p, dim, &from, &below).await? {
-        return Ok(Some(match fanned {
-            Some((points, size)) => Decision::Pieces(points, size),
-            None => Decision::InTwo(cut, hi),
-        }));
-    }
-    // Nothing lies from `from` up to `below`: the keys read are a cluster below it.
-    let ceiling = ceiling_below(p, dim, input.lo, &from).await?;
-    let tight = Some(ceiling.as_str());
-    Ok(Some(match share(tight) {
-        Some(cut) => match fan(&cut, tight) {
-            Some((points, size)) => Decision::Pieces(points, size),
-            None => Decision::InTwo(cut, Some(ceiling)),
+    let (fanned, cut, hi) = match gap {
+        None => (fanned, cut, hi),
+        // The keys read are a cluster below the gap.
+        Some(from) => {
+            let ceiling = ceiling_below(p, dim, input.lo, &from).await?;
+            match share(Some(&ceiling)) {
+                Some(cut) => (fan(&cut, Some(&ceiling)), cut, Some(ceiling)),
+                None => {
+                    return Ok(Some(Cut {
+                        at: Some(ceiling),
+                        estimate: None,
+                        pieces: Vec::new(),
+                    }));
+                }
+            }
+        }
+    };
+    Ok(Some(match fanned {
+        Some((points, size)) => {
+            let mut points = points.into_iter();
+            Cut {
+                at: Some(points.next().expect("fan_out gives at least two points")),
+                estimate: Some(size),
+                pieces: points.collect(),
+            }
+        }
+        None => Cut {
+            at: cut_value(p, dim, input.lo, hi, cut.share, cut.by_value, input.page).await?,
+            estimate: cut.upper(),
+            pieces: Vec::new(),
         },
-        None => Decision::Between(ceiling),
     }))
 }
 
@@ -297,7 +311,7 @@ pub async fn find_split(
     let may_search = outweigh.is_none() || outread;
     let mut learned = ceiling.cloned();
     let estimate;
-    let mut pieces = Vec::new();
+    let pieces;
     let seen_next =
         seen_next.filter(|k| cmp_keys(&k.pk, &after.pk).is_gt() && end.is_none_or(|e| *k < e));
     // A range ending inside the current partition, or below a ceiling found inside it,
@@ -380,28 +394,16 @@ pub async fn find_split(
                 task_read,
                 pieces_allowed: unpaced && !skewed && pieces_allowed,
             };
-            match decide(&mut p, &across, hi, &input).await? {
-                None => return Ok(None),
-                Some(Decision::Pieces(points, size)) => {
-                    estimate = Some(size);
-                    let mut points = points.into_iter().map(EntityKey::partition_start);
-                    let at = points.next().expect("fan_out gives at least two points");
-                    pieces = points.collect();
-                    at
-                }
-                Some(Decision::InTwo(cut, hi)) => {
-                    estimate = cut.upper();
-                    let pk =
-                        cut_value(&mut p, &across, &next.pk, hi, cut.share, cut.by_value, page)
-                            .await?
-                            .unwrap_or(next.pk);
-                    EntityKey::partition_start(pk)
-                }
-                Some(Decision::Between(pk)) => {
-                    estimate = None;
-                    EntityKey::partition_start(pk)
-                }
-            }
+            let Some(cut) = decide(&mut p, &across, hi, &input).await? else {
+                return Ok(None);
+            };
+            estimate = cut.estimate;
+            pieces = cut
+                .pieces
+                .into_iter()
+                .map(EntityKey::partition_start)
+                .collect();
+            EntityKey::partition_start(cut.at.unwrap_or(next.pk))
         }
         None if !unpaced => return Ok(None),
         None => {
@@ -460,37 +462,19 @@ pub async fn find_split(
                 task_read,
                 pieces_allowed,
             };
-            match decide(&mut p, &inside, hi, &input).await? {
-                None => return Ok(None),
-                Some(Decision::Pieces(points, size)) => {
-                    estimate = Some(size);
-                    let mut points = points.into_iter().map(|rk| EntityKey::new(&after.pk, rk));
-                    let at = points.next().expect("fan_out gives at least two points");
-                    pieces = points.collect();
-                    at
-                }
-                Some(Decision::InTwo(cut, hi)) => {
-                    estimate = cut.upper();
-                    match cut_value(
-                        &mut p,
-                        &inside,
-                        &after.rk,
-                        hi,
-                        cut.share,
-                        cut.by_value,
-                        page,
-                    )
-                    .await?
-                    {
-                        Some(rk) => EntityKey::new(&after.pk, rk),
-                        None => return Ok(None),
-                    }
-                }
-                Some(Decision::Between(rk)) => {
-                    estimate = None;
-                    EntityKey::new(&after.pk, rk)
-                }
-            }
+            let Some(cut) = decide(&mut p, &inside, hi, &input).await? else {
+                return Ok(None);
+            };
+            let Some(rk) = cut.at else {
+                return Ok(None);
+            };
+            estimate = cut.estimate;
+            pieces = cut
+                .pieces
+                .into_iter()
+                .map(|rk| EntityKey::new(&after.pk, rk))
+                .collect();
+            EntityKey::new(&after.pk, rk)
         }
     };
     if &at <= after || end.is_some_and(|e| &at >= e) {
