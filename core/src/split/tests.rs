@@ -1474,6 +1474,15 @@ fn backup_model(t: &Sorted, workers: usize) -> (Vec<usize>, usize) {
                 task.largest_partition = task.largest_partition.max(largest as u64);
             }
             if !in_range(task.at, &task.end) || n < 1000 {
+                if std::env::var("SPLIT_TRACE").is_ok() {
+                    eprintln!(
+                        "DONE {} est {:?} start {:?} end {:?}",
+                        task.read,
+                        task.estimate,
+                        task.start.as_ref().map(|k| &k.pk),
+                        task.end.as_ref().map(|k| &k.pk)
+                    );
+                }
                 done.push(task.read);
                 continue;
             }
@@ -1631,13 +1640,13 @@ fn four_workers_share_every_shape() {
             tasks.len()
         );
         let over_mean = (largest * tasks.len()) as f64 / total as f64;
-        assert!(
-            probes <= MODEL_PROBES,
-            "{name}: the splits sent {probes} probes"
-        );
         eprintln!(
             "MODEL {name}: {} tasks, {probes} probes, {over_mean:.2}: {tasks:?}",
             tasks.len()
+        );
+        assert!(
+            probes <= MODEL_PROBES,
+            "{name}: the splits sent {probes} probes"
         );
         assert!(
             over_mean <= most_over_mean,
