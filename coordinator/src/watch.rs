@@ -304,6 +304,145 @@ mod tests {
         );
     }
 
+    /// A job of one planned task as the watch sees it: settled once `finished` is set
+    /// and a look has followed; counts its looks.
+    struct OneTask {
+        finished: Arc<std::sync::atomic::AtomicBool>,
+        looks: Arc<std::sync::atomic::AtomicUsize>,
+        seen_finished: bool,
+    }
+
+    #[async_trait]
+    impl Watched for OneTask {
+        async fn refresh(&mut self, _store: &Store) -> Result<()> {
+            self.looks.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            self.seen_finished = self.finished.load(std::sync::atomic::Ordering::SeqCst);
+            Ok(())
+        }
+        fn snapshot(&self, _live: Option<&WorkerStats>) -> Snapshot {
+            Snapshot::default()
+        }
+        fn settled(&mut self) -> Result<Option<JobStatus>> {
+            Ok(self.seen_finished.then_some(JobStatus::Complete))
+        }
+        fn records_seen(&self) -> usize {
+            0
+        }
+        fn planned_tasks(&self) -> u64 {
+            1
+        }
+        fn heartbeats_root(&self) -> String {
+            "job/heartbeats/".into()
+        }
+        fn resume_hint(&self) -> String {
+            String::new()
+        }
+    }
+
+    /// In-process workers that only have counters.
+    struct Counters(Arc<WorkerStats>);
+
+    impl LocalWorkers for Counters {
+        fn start(&self, _: &Location, _: &str) -> Result<Box<dyn RunningWorkers>> {
+            Ok(Box::new(Counters(self.0.clone())))
+        }
+    }
+
+    #[async_trait]
+    impl RunningWorkers for Counters {
+        fn stats(&self) -> Arc<WorkerStats> {
+            self.0.clone()
+        }
+        fn stopped(&mut self) -> Option<String> {
+            None
+        }
+        async fn stop(self: Box<Self>) {}
+    }
+
+    fn location() -> Location {
+        use tablevault_core::testing::{MemoryBlobs, MemoryQueue};
+        Location {
+            account: tablevault_azure::StorageAccount::emulator(),
+            container: "c".into(),
+            queue: "q".into(),
+            client_options: Default::default(),
+            backends: Some(crate::location::Backends {
+                store: Store::new(Arc::new(MemoryBlobs::new("c"))),
+                queue: Arc::new(MemoryQueue::new("q")),
+                poison: Arc::new(MemoryQueue::new("q-poison")),
+            }),
+        }
+    }
+
+    fn options(stats: &Arc<WorkerStats>, poll: Duration) -> WatchOptions {
+        WatchOptions {
+            workers: Some(Arc::new(Counters(stats.clone()))),
+            poll,
+            ..WatchOptions::new(CancellationToken::new())
+        }
+    }
+
+    /// However long the poll interval, the look after the in-process workers' last task
+    /// comes at once, and the watch ends with the job.
+    #[tokio::test]
+    async fn the_end_of_local_work_is_seen_at_once() {
+        let stats = Arc::new(WorkerStats::default());
+        let finished = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let mut job = OneTask {
+            finished: finished.clone(),
+            looks: Default::default(),
+            seen_finished: false,
+        };
+        let opts = options(&stats, Duration::from_secs(600));
+        let worker = {
+            let stats = stats.clone();
+            async move {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                finished.store(true, std::sync::atomic::Ordering::SeqCst);
+                WorkerStats::add(&stats.tasks_committed, 1);
+                stats.changed.notify_one();
+            }
+        };
+        let location = location();
+        let (status, ()) = tokio::time::timeout(Duration::from_secs(10), async {
+            tokio::join!(watch(&location, "job", &mut job, &opts), worker)
+        })
+        .await
+        .expect("the watch saw the end at once, not after the poll interval");
+        assert_eq!(status.unwrap(), JobStatus::Complete);
+    }
+
+    /// When the in-process workers have finished their tasks but the job is not settled
+    /// (other workers hold the rest), the watch looks once per poll interval, and once
+    /// more for a task that ends: it does not spin on the finished counters.
+    #[tokio::test]
+    async fn finished_local_workers_do_not_make_the_watch_spin() {
+        let stats = Arc::new(WorkerStats::default());
+        WorkerStats::add(&stats.tasks_committed, 1);
+        stats.changed.notify_one();
+        let looks = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let mut job = OneTask {
+            finished: Default::default(),
+            looks: looks.clone(),
+            seen_finished: false,
+        };
+        let mut opts = options(&stats, Duration::from_millis(200));
+        let shutdown = CancellationToken::new();
+        opts.shutdown = shutdown.clone();
+        // A spinning watch never lets the stop run; it then ends here, stalled.
+        opts.stall_timeout = Duration::from_secs(5);
+        let stop = async {
+            tokio::time::sleep(Duration::from_millis(1_000)).await;
+            shutdown.cancel();
+        };
+        let location = location();
+        let (status, ()) = tokio::join!(watch(&location, "job", &mut job, &opts), stop);
+        assert_eq!(status.unwrap(), JobStatus::Interrupted);
+        let looks = looks.load(std::sync::atomic::Ordering::SeqCst);
+        // One look at the start, one for the stored wake-up, one per poll interval.
+        assert!((4..=8).contains(&looks), "{looks} looks in one second");
+    }
+
     #[test]
     fn the_look_after_the_last_local_task_is_not_delayed() {
         let stats = WorkerStats::default();
