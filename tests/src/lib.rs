@@ -34,6 +34,15 @@ impl TestEnv {
     }
 }
 
+/// A number a soak or property test takes from the environment variable `name` (more
+/// cases, other seeds), or `default` when it is unset or not a number.
+pub fn env_number<T: std::str::FromStr>(name: &str, default: T) -> T {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
 /// A table name no other test uses (letters and digits only).
 pub fn unique_table(prefix: &str) -> String {
     let id = uuid::Uuid::new_v4().simple().to_string();

@@ -23,7 +23,7 @@ use tablevault_core::protocol::{Manifest, TaskKind, TaskMessage, poison_queue_na
 use tablevault_core::store::{BackupPaths, Store};
 use tablevault_tests::fault_proxy::{FaultPlan, proxied_connection_string};
 use tablevault_tests::{
-    AWKWARD_KEYS, TestEnv, load_edge_table, load_numbered, scan_all, unique_table,
+    AWKWARD_KEYS, TestEnv, env_number, load_edge_table, load_numbered, scan_all, unique_table,
 };
 use tablevault_worker::attempt::backup::{BackupAttempt, BackupOutcome};
 use tablevault_worker::{Worker, WorkerStats};
@@ -370,14 +370,8 @@ async fn splits_tile_tables_whose_keys_come_from_the_whole_alphabet() {
     use rand::{Rng, SeedableRng};
     let env = TestEnv::start().await;
     let client = TableClient::new(&env.account).unwrap();
-    let seeds: u64 = std::env::var("TABLEVAULT_SPLIT_SEEDS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(1);
-    let from: u64 = std::env::var("TABLEVAULT_SPLIT_SEED_FROM")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0);
+    let seeds: u64 = env_number("TABLEVAULT_SPLIT_SEEDS", 1);
+    let from: u64 = env_number("TABLEVAULT_SPLIT_SEED_FROM", 0);
     for seed in from..from + seeds {
         let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
         let mut shapes: Vec<(&str, Vec<(String, String)>)> = Vec::new();

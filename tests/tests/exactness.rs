@@ -14,7 +14,7 @@ use tablevault_azure::table::{
     BatchOperation, EdmValue, Entity, Query, TableClient, batch_carries_keys,
 };
 use tablevault_azure::{ClientOptions, StorageAccount};
-use tablevault_tests::{TestEnv, unique_table};
+use tablevault_tests::{TestEnv, env_number, unique_table};
 
 /// One emulator for every case of this file (each case uses fresh tables).
 fn env() -> &'static (tokio::runtime::Runtime, TestEnv) {
@@ -219,10 +219,7 @@ fn round_trip(
 
 /// Cases per property (each writes a fresh table): `TABLEVAULT_EXACTNESS_CASES` overrides.
 fn cases() -> u32 {
-    std::env::var("TABLEVAULT_EXACTNESS_CASES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(64)
+    env_number("TABLEVAULT_EXACTNESS_CASES", 64)
 }
 
 fn run(path: Path) {
