@@ -188,10 +188,11 @@ const HEARTBEAT_CHECK_AFTER: Duration = Duration::from_secs(10);
 /// How long after a look began the next begins, unless the in-process workers have just
 /// finished every task they know of: the poll interval, or ten times what the look took.
 ///
-/// Looks mid-job only refresh the progress shown; the end is seen at once
-/// ([`local_work_done`]). Looking after each burst of commits instead (20-250 ms apart)
-/// cost a backup of 200 small tables a listing of up to 400 records every few pages:
-/// 8% of its rate on the emulator, whose one Blob thread also stores every block.
+/// Looks mid-job refresh the progress shown and see what other workers commit; the end
+/// of the in-process workers' share is seen at once ([`local_work_done`]). Looking after
+/// each burst of commits instead (20-250 ms apart) cost a backup of 200 small tables a
+/// listing of up to 400 records every few pages: up to 8% of its rate on the emulator,
+/// whose one Blob thread also stores every block.
 fn refresh_gap(look_took: Duration, poll: Duration) -> Duration {
     (look_took * REFRESH_GAP_FACTOR).max(poll)
 }
@@ -290,6 +291,7 @@ pub(crate) async fn watch(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
     #[test]
     fn looks_are_spaced_by_the_poll_interval_or_what_the_last_one_cost() {
@@ -307,16 +309,16 @@ mod tests {
     /// A job of one planned task as the watch sees it: settled once `finished` is set
     /// and a look has followed; counts its looks.
     struct OneTask {
-        finished: Arc<std::sync::atomic::AtomicBool>,
-        looks: Arc<std::sync::atomic::AtomicUsize>,
+        finished: Arc<AtomicBool>,
+        looks: Arc<AtomicUsize>,
         seen_finished: bool,
     }
 
     #[async_trait]
     impl Watched for OneTask {
         async fn refresh(&mut self, _store: &Store) -> Result<()> {
-            self.looks.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-            self.seen_finished = self.finished.load(std::sync::atomic::Ordering::SeqCst);
+            self.looks.fetch_add(1, Ordering::SeqCst);
+            self.seen_finished = self.finished.load(Ordering::SeqCst);
             Ok(())
         }
         fn snapshot(&self, _live: Option<&WorkerStats>) -> Snapshot {
@@ -387,7 +389,7 @@ mod tests {
     #[tokio::test]
     async fn the_end_of_local_work_is_seen_at_once() {
         let stats = Arc::new(WorkerStats::default());
-        let finished = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let finished = Arc::new(AtomicBool::new(false));
         let mut job = OneTask {
             finished: finished.clone(),
             looks: Default::default(),
@@ -398,7 +400,7 @@ mod tests {
             let stats = stats.clone();
             async move {
                 tokio::time::sleep(Duration::from_millis(50)).await;
-                finished.store(true, std::sync::atomic::Ordering::SeqCst);
+                finished.store(true, Ordering::SeqCst);
                 WorkerStats::add(&stats.tasks_committed, 1);
                 stats.changed.notify_one();
             }
@@ -420,7 +422,7 @@ mod tests {
         let stats = Arc::new(WorkerStats::default());
         WorkerStats::add(&stats.tasks_committed, 1);
         stats.changed.notify_one();
-        let looks = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let looks = Arc::new(AtomicUsize::new(0));
         let mut job = OneTask {
             finished: Default::default(),
             looks: looks.clone(),
@@ -438,7 +440,7 @@ mod tests {
         let location = location();
         let (status, ()) = tokio::join!(watch(&location, "job", &mut job, &opts), stop);
         assert_eq!(status.unwrap(), JobStatus::Interrupted);
-        let looks = looks.load(std::sync::atomic::Ordering::SeqCst);
+        let looks = looks.load(Ordering::SeqCst);
         // One look at the start, one for the stored wake-up, one per poll interval.
         assert!((4..=8).contains(&looks), "{looks} looks in one second");
     }
