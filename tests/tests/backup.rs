@@ -716,6 +716,7 @@ async fn two_attempts_racing_on_one_task_commit_once() {
         worker: "test",
         splitting: None,
         limiter: None,
+        more_pages: None,
     };
     let (first, second) = (attempt(), attempt());
     let (x, y) = tokio::join!(first.run(), second.run());
@@ -1082,4 +1083,128 @@ async fn a_first_task_that_found_no_cut_yet_still_splits_later() {
     // Balance is timing's (others test it); here, no task reads three quarters.
     assert!(counts.iter().all(|&c| c * 4 <= n * 3), "{counts:?}");
     assert_eq!(read_backup(&blobs, &manifest, &table).await, source);
+}
+
+/// Loads `count` tables named `<prefix>NNN` of three entities each, table `large` (if
+/// any) with 2,700 across three partitions; returns the names and entities by name.
+async fn load_many_tables(
+    client: &TableClient,
+    prefix: &str,
+    count: usize,
+    large: Option<usize>,
+) -> std::collections::BTreeMap<String, Vec<Entity>> {
+    use futures::StreamExt;
+    futures::stream::iter(0..count)
+        .map(|i| async move {
+            let table = format!("{prefix}{i:03}");
+            let entities = if Some(i) == large {
+                load_numbered(client, &table, 3, 900).await
+            } else {
+                load_numbered(client, &table, 1, 3).await
+            };
+            (table, entities)
+        })
+        .buffer_unordered(8)
+        .collect()
+        .await
+}
+
+/// Many small tables go on the queue a few to a message (a put, a claim and a delete
+/// per table saved), and a large table among them hands the rest of its group to other
+/// workers: every table is backed up exactly, the large one split like any other.
+#[tokio::test]
+async fn many_small_tables_share_messages_and_a_large_one_among_them_is_exact() {
+    let env = TestEnv::start().await;
+    let client = TableClient::new(&env.account).unwrap();
+    let prefix = unique_table("grp");
+    // 96 tables: groups of three; the large one is in the middle of its group.
+    let loaded = load_many_tables(&client, &prefix, 96, Some(40)).await;
+    let (conn, proxies) =
+        proxied_connection_string(&env.connection_string(), &FaultPlan::none()).await;
+    let through_proxy = StorageAccount::from_connection_string(&conn).unwrap();
+    let t = target(&through_proxy);
+    let report = run_backup(
+        &BackupRequest::new(env.account.clone()),
+        &t,
+        &watch_opts(2, &env.account),
+    )
+    .await
+    .unwrap();
+    assert_eq!(report.status, "complete");
+    let backed_up: std::collections::BTreeMap<String, u64> = report
+        .tables
+        .iter()
+        .map(|t| (t.name.clone(), t.entities))
+        .collect();
+    let expected: std::collections::BTreeMap<String, u64> = loaded
+        .iter()
+        .map(|(name, entities)| (name.clone(), entities.len() as u64))
+        .collect();
+    assert_eq!(backed_up, expected);
+    let puts = decoded_requests(&proxies[1])
+        .iter()
+        .filter(|l| l.starts_with("POST") && l.contains("/messages"))
+        .count();
+    // 32 groups, the hand-on and the large table's split-off tasks; one put per
+    // table would be 96 or more.
+    assert!(
+        (32..64).contains(&puts),
+        "{puts} messages put for 96 tables"
+    );
+    let blobs = store(&t);
+    let manifest = load_manifest(&blobs, &report.backup_id)
+        .await
+        .unwrap()
+        .unwrap();
+    for i in [0, 39, 40, 41, 95] {
+        let table = format!("{prefix}{i:03}");
+        assert_eq!(read_backup(&blobs, &manifest, &table).await, loaded[&table]);
+    }
+}
+
+/// A table of a group that cannot be backed up (it was deleted after planning) is
+/// poisoned alone, with the service's reason: the others of its group are backed up,
+/// and once the table is back, retrying the poisoned task completes the backup.
+#[tokio::test]
+async fn a_failing_table_of_a_group_is_poisoned_alone() {
+    let env = TestEnv::start().await;
+    let client = TableClient::new(&env.account).unwrap();
+    let prefix = unique_table("grpfail");
+    // 64 tables: groups of two.
+    let loaded = load_many_tables(&client, &prefix, 64, None).await;
+    let t = target(&env.account);
+    let req = BackupRequest::new(env.account.clone());
+    let job = plan(&req, &t).await.unwrap();
+    enqueue(&t, &job, None).await.unwrap();
+    let gone = format!("{prefix}021");
+    client.delete_table(&gone).await.unwrap();
+    let report = watch(&t, job.clone(), &watch_opts(2, &env.account))
+        .await
+        .unwrap();
+    assert_eq!(report.status, "incomplete");
+    let poisoned: Vec<(&str, &str)> = report
+        .poisoned
+        .iter()
+        .map(|p| (p.table.as_str(), p.task.as_str()))
+        .collect();
+    assert_eq!(poisoned, vec![(gone.as_str(), "r0000")]);
+    assert!(
+        report.poisoned[0].reason.contains("404"),
+        "{}",
+        report.poisoned[0].reason
+    );
+    assert_eq!(report.tasks_committed, 63, "the rest of the group too");
+    load_numbered(&client, &gone, 1, 3).await;
+    let what = StatusOptions {
+        wait: true,
+        retry_poisoned: true,
+    };
+    let report = status(&t, &job.backup_id, what, &watch_opts(2, &env.account))
+        .await
+        .unwrap();
+    let total: usize = loaded.values().map(Vec::len).sum();
+    assert_eq!(
+        (report.status.as_str(), report.entities),
+        ("complete", total as u64)
+    );
 }

@@ -17,6 +17,9 @@ use tablevault_core::store::{BackupPaths, Store, StoreError};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
+use tablevault_azure::table::TableClient;
+
+use crate::TaskError;
 use crate::attempt::backup::{BackupAttempt, BackupOutcome, Splitting};
 use crate::attempt::restore::{RestoreAttempt, RestoreOutcome};
 use crate::beats::{Beats, HEARTBEAT_PERIOD, IDLE_GRACE};
@@ -124,6 +127,13 @@ impl Worker {
         metrics.claimed(Kind::of(&task.kind));
         let _in_flight = metrics.in_flight(Kind::of(&task.kind));
         let span = tracing::info_span!("task", job = %task.job, table = %task.table, task = %task.task, delivery = message.dequeue_count);
+        if let TaskKind::Tables { tables } = &task.kind {
+            let tables = tables.clone();
+            self.handle_group(message, task, tables, shutdown)
+                .instrument(span)
+                .await;
+            return;
+        }
         self.handle_task(message, task, shutdown)
             .instrument(span)
             .await;
@@ -196,6 +206,13 @@ impl Worker {
                         job,
                     },
                 }),
+            // Never resolved here: `handle` gives groups to `group.rs`. Dropping one
+            // would lose its tables, so it is read as a job that cannot be read.
+            TaskKind::Tables { .. } => {
+                return Err(StoreError::Corrupt(
+                    "a group of tables reached the single-task path".into(),
+                ));
+            }
             TaskKind::Restore {
                 restore,
                 source_table,
@@ -342,62 +359,27 @@ impl Worker {
                 ceiling,
                 planned,
             } => {
-                let (limiter, _following) = self
-                    .limiter_for(
-                        &job.source.table_endpoint,
-                        &store,
-                        &resolved.heartbeats,
-                        job.options.max_rate,
-                    )
-                    .await;
-                let Some(source) =
-                    self.jobs
-                        .table_client(&self.config.sources, &job.source, Some(&limiter))
+                let Some((source, limiter, _following)) =
+                    self.backup_source(&store, job, &resolved.heartbeats).await
                 else {
-                    tracing::warn!(account = %job.source.account, "this worker has no credentials for the source account; handing the task to another worker (configure --source)");
                     let receipt = lease.stop().await;
                     settler.offer_to_others(&message, &receipt).await;
                     return;
                 };
-                let attempt = BackupAttempt {
-                    store: &store,
+                let attempt = self.backup_attempt(
+                    &store,
                     job,
-                    source: &source,
-                    table: &task.table,
-                    task: &task.task,
+                    (&source, &limiter),
+                    (&task.container, &task.table, &task.task),
                     range,
-                    lost: lease.lost(),
-                    shutdown: shutdown.clone(),
-                    stats: &self.stats,
-                    worker: &self.identity,
-                    splitting: job.options.dynamic_split.then(|| Splitting {
-                        queue: self.settler.queue(),
-                        container: &task.container,
-                        ceiling: ceiling.as_ref(),
-                        planned: *planned,
-                    }),
-                    limiter: Some(&limiter),
-                };
+                    ceiling.as_ref(),
+                    *planned,
+                    (lease.lost(), shutdown.clone()),
+                );
                 let outcome = attempt.run().await;
-                if let Ok(BackupOutcome::Committed {
-                    entities,
-                    stored_bytes,
-                    split_off,
-                }) = &outcome
-                {
-                    WorkerStats::add(&self.stats.tasks_committed, 1);
-                    let metrics = &self.config.metrics;
-                    metrics.committed(Kind::Backup, *entities, *stored_bytes);
-                    metrics.split(*split_off as u64);
-                }
-                // Whoever observes the last commit finalizes the backup. In-process workers
-                // serve one job whose coordinator watches and finalizes it, so they leave
-                // it that listing of every commit record after each task.
-                if outcome.is_ok()
-                    && self.config.only_job.is_none()
-                    && let Err(e) = settle_backup(&store, job).await
-                {
-                    tracing::warn!(error = %e, "could not check whether the backup is complete; the next observer will");
+                self.count_backup(&outcome);
+                if outcome.is_ok() {
+                    self.settle_backup_job(&store, job).await;
                 }
                 outcome.map(|_| ())
             }
@@ -455,8 +437,99 @@ impl Worker {
     }
 }
 
+impl Worker {
+    /// The source's Table client for a backup job, paced by its account's limiter (held
+    /// to this worker's share while the returned guard lives); `None`, with a warning,
+    /// when this worker holds no credentials for the account.
+    pub(crate) async fn backup_source(
+        &self,
+        store: &Store,
+        job: &BackupJob,
+        heartbeats: &str,
+    ) -> Option<(TableClient, Arc<AdaptiveLimit>, FleetShare)> {
+        let (limiter, following) = self
+            .limiter_for(
+                &job.source.table_endpoint,
+                store,
+                heartbeats,
+                job.options.max_rate,
+            )
+            .await;
+        let Some(source) =
+            self.jobs
+                .table_client(&self.config.sources, &job.source, Some(&limiter))
+        else {
+            tracing::warn!(account = %job.source.account, "this worker has no credentials for the source account; handing the task to another worker (configure --source)");
+            return None;
+        };
+        Some((source, limiter, following))
+    }
+
+    /// An attempt at one backup task: `names` are the container, table and task, `stop`
+    /// the lease's loss and the worker's shutdown.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn backup_attempt<'a>(
+        &'a self,
+        store: &'a Store,
+        job: &'a BackupJob,
+        (source, limiter): (&'a TableClient, &'a Arc<AdaptiveLimit>),
+        (container, table, task): (&'a str, &'a str, &'a str),
+        range: &'a KeyRange,
+        ceiling: Option<&'a EntityKey>,
+        planned: bool,
+        (lost, shutdown): (CancellationToken, CancellationToken),
+    ) -> BackupAttempt<'a> {
+        BackupAttempt {
+            store,
+            job,
+            source,
+            table,
+            task,
+            range,
+            lost,
+            shutdown,
+            stats: &self.stats,
+            worker: &self.identity,
+            splitting: job.options.dynamic_split.then(|| Splitting {
+                queue: self.settler.queue(),
+                container,
+                ceiling,
+                planned,
+            }),
+            limiter: Some(limiter),
+            more_pages: None,
+        }
+    }
+
+    /// Counts a backup attempt's outcome in the worker's stats and metrics.
+    pub(crate) fn count_backup(&self, outcome: &Result<BackupOutcome, TaskError>) {
+        if let Ok(BackupOutcome::Committed {
+            entities,
+            stored_bytes,
+            split_off,
+        }) = outcome
+        {
+            WorkerStats::add(&self.stats.tasks_committed, 1);
+            let metrics = &self.config.metrics;
+            metrics.committed(Kind::Backup, *entities, *stored_bytes);
+            metrics.split(*split_off as u64);
+        }
+    }
+
+    /// Finalizes the backup if this commit was its last. Whoever observes the last
+    /// commit finalizes; in-process workers serve one job whose coordinator watches and
+    /// finalizes it, so they leave it that listing of every commit record.
+    pub(crate) async fn settle_backup_job(&self, store: &Store, job: &BackupJob) {
+        if self.config.only_job.is_none()
+            && let Err(e) = settle_backup(store, job).await
+        {
+            tracing::warn!(error = %e, "could not check whether the backup is complete; the next observer will");
+        }
+    }
+}
+
 /// A worker identity (`host/pid`) as one blob name segment.
-fn blob_safe(identity: &str) -> String {
+pub(crate) fn blob_safe(identity: &str) -> String {
     identity
         .chars()
         .map(|c| {
@@ -474,7 +547,7 @@ fn blob_safe(identity: &str) -> String {
 /// other workers count this one in their share of the account (`fleet`). Dropped, it
 /// stops; if the worker then has no task of the job in flight and none starts within
 /// [`IDLE_GRACE`], it marks the heartbeat idle, so the others take its share.
-struct Heartbeat {
+pub(crate) struct Heartbeat {
     beating: tokio::task::JoinHandle<()>,
     beats: Beats,
     /// The heartbeat's container and path, the key of `beats`.
@@ -489,7 +562,13 @@ impl Heartbeat {
     /// first beat tells the other workers at once that one more shares the account.
     /// Otherwise the task beats first after a period: one that ends sooner says so by
     /// its record.
-    fn start(beats: &Beats, store: Store, path: String, task: &TaskMessage, worker: &str) -> Self {
+    pub(crate) fn start(
+        beats: &Beats,
+        store: Store,
+        path: String,
+        task: &TaskMessage,
+        worker: &str,
+    ) -> Self {
         let working = format!("{}/{path}", store.container());
         let now = beats.task_started(&working);
         let beat = serde_json::json!({ "worker": worker, "table": task.table, "task": task.task });
@@ -549,7 +628,7 @@ impl Drop for Heartbeat {
 }
 
 /// How long a task of another job is hidden after this worker hands it back.
-const FOREIGN_TASK_DELAY: Duration = Duration::from_secs(2);
+pub(crate) const FOREIGN_TASK_DELAY: Duration = Duration::from_secs(2);
 
 /// How soon a task whose job files could not be read is tried again.
-const READ_FAILED_RETRY: Duration = Duration::from_secs(5);
+pub(crate) const READ_FAILED_RETRY: Duration = Duration::from_secs(5);

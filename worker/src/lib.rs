@@ -12,6 +12,7 @@ pub mod auth;
 mod beats;
 mod dispatch;
 pub mod fleet;
+mod group;
 mod jobs;
 pub mod lease;
 pub mod limiter;

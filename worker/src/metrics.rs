@@ -48,7 +48,7 @@ impl Kind {
     /// The kind of a decoded task.
     pub fn of(kind: &TaskKind) -> Kind {
         match kind {
-            TaskKind::Backup { .. } => Kind::Backup,
+            TaskKind::Backup { .. } | TaskKind::Tables { .. } => Kind::Backup,
             TaskKind::Restore { .. } => Kind::Restore,
         }
     }

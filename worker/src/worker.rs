@@ -284,7 +284,7 @@ async fn sleep_or_shutdown(shutdown: &CancellationToken, d: Duration) {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use tablevault_core::keys::KeyRange;
     use tablevault_core::protocol::{JobStatus, PROTOCOL_VERSION, TaskKind, TaskMessage};
     use tablevault_core::store::Store;
@@ -294,8 +294,12 @@ mod tests {
 
     /// A worker on fakes; returns it with its task queue.
     pub(crate) fn worker_on_fakes() -> (Arc<Worker>, Arc<MemoryQueue>) {
+        worker_on_fakes_with(Arc::new(MemoryBlobs::new("c")))
+    }
+
+    /// A worker on fakes whose store is `blobs`; returns it with its task queue.
+    pub(crate) fn worker_on_fakes_with(blobs: Arc<MemoryBlobs>) -> (Arc<Worker>, Arc<MemoryQueue>) {
         let queue = Arc::new(MemoryQueue::new("q"));
-        let blobs = Arc::new(MemoryBlobs::new("c"));
         let backends = WorkerBackends {
             queue: queue.clone(),
             lease_queue: queue.clone(),

@@ -21,6 +21,12 @@ fn near_messages() -> impl Strategy<Value = String> {
         Just(r#""v":"1""#.to_string()),
         Just(r#""kind":"backup""#.to_string()),
         Just(r#""kind":"restore""#.to_string()),
+        Just(r#""kind":"tables""#.to_string()),
+        Just(
+            r#""tables":[{"table":"Tbl","task":"r0000"},{"table":"T2","task":"r0001"}]"#
+                .to_string()
+        ),
+        Just(r#""tables":[{"table":"../x","task":"r0000"}]"#.to_string()),
         Just(r#""range":{"start":null,"end":{"pk":"a","rk":""}}"#.to_string()),
         Just(r#""job":"20260101T000000Z-00000000""#.to_string()),
         Just(r#""table":"Tbl""#.to_string()),
@@ -55,6 +61,12 @@ proptest! {
             // Whatever is accepted is a message that names safe paths.
             prop_assert!(crate::protocol::is_valid_backup_id(&m.job));
             prop_assert!(crate::protocol::is_valid_backup_id(&m.task));
+            if let crate::protocol::TaskKind::Tables { tables } = &m.kind {
+                prop_assert!(!tables.is_empty());
+                for t in tables {
+                    prop_assert!(crate::protocol::is_valid_backup_id(&t.task));
+                }
+            }
         }
     }
 }

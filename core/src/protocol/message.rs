@@ -28,6 +28,16 @@ pub enum TaskKind {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         estimate: Option<u64>,
     },
+    /// Back up several tables whole, one after another, under one claim: each is its own
+    /// task (its own id and commit record), so this only saves queue requests. The
+    /// coordinator groups tables it expects to be small (`enqueue`); the message's
+    /// `table` and `task` are the first of them. A worker hands the tables after one that
+    /// turns out large back to the queue, and turns a group it cannot finish into one
+    /// message per table, so failures are counted and poisoned per table.
+    Tables {
+        /// The tables, in the order they are backed up; at most [`MAX_GROUPED_TABLES`].
+        tables: Vec<WholeTable>,
+    },
     /// Replay one data blob, or one block of it, into a table. The message names the
     /// target table (`table`); the rest comes from the backup's records.
     Restore {
@@ -42,6 +52,18 @@ pub enum TaskKind {
         /// Index of the block in the blob, or `None` for every block of the blob.
         block: Option<usize>,
     },
+}
+
+/// Most tables one message groups: keeps the message far below the queue's 64 KiB.
+pub const MAX_GROUPED_TABLES: usize = 64;
+
+/// A table backed up whole by its own task, in a group of tables (`TaskKind::Tables`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WholeTable {
+    /// Table.
+    pub table: String,
+    /// Task id (its range is the whole key space).
+    pub task: String,
 }
 
 /// A queue message. Sent as base64 of its JSON, so any key survives the queue's XML.
@@ -68,7 +90,40 @@ impl TaskMessage {
     pub fn owner(&self) -> &str {
         match &self.kind {
             TaskKind::Restore { restore, .. } => restore,
-            TaskKind::Backup { .. } => &self.job,
+            TaskKind::Backup { .. } | TaskKind::Tables { .. } => &self.job,
+        }
+    }
+
+    /// The message of one whole-table task of this message's job.
+    pub fn whole_table(&self, table: &WholeTable) -> TaskMessage {
+        TaskMessage {
+            v: PROTOCOL_VERSION,
+            container: self.container.clone(),
+            job: self.job.clone(),
+            table: table.table.clone(),
+            task: table.task.clone(),
+            kind: TaskKind::Backup {
+                range: KeyRange::all(),
+                ceiling: None,
+                estimate: None,
+            },
+        }
+    }
+
+    /// The message for `tables` of this message's job: one task, or a group of them.
+    /// `None` for no table.
+    pub fn for_tables(&self, tables: &[WholeTable]) -> Option<TaskMessage> {
+        match tables {
+            [] => None,
+            [one] => Some(self.whole_table(one)),
+            [first, ..] => Some(TaskMessage {
+                table: first.table.clone(),
+                task: first.task.clone(),
+                kind: TaskKind::Tables {
+                    tables: tables.to_vec(),
+                },
+                ..self.whole_table(first)
+            }),
         }
     }
 
@@ -98,6 +153,26 @@ impl TaskMessage {
         }
         if !is_valid_backup_id(&msg.task) {
             return Err(format!("message has an invalid task id {:?}", msg.task));
+        }
+        if let TaskKind::Tables { tables } = &msg.kind {
+            match tables.first() {
+                None => return Err("message groups no table".into()),
+                Some(first) if first.table != msg.table || first.task != msg.task => {
+                    return Err("message's first grouped table is not its table".into());
+                }
+                Some(_) => {}
+            }
+            if tables.len() > MAX_GROUPED_TABLES {
+                return Err(format!("message groups {} tables", tables.len()));
+            }
+            for t in tables {
+                if !tablevault_azure::table::is_valid_table_name(&t.table) {
+                    return Err(format!("message has an invalid table name {:?}", t.table));
+                }
+                if !is_valid_backup_id(&t.task) {
+                    return Err(format!("message has an invalid task id {:?}", t.task));
+                }
+            }
         }
         if let TaskKind::Restore {
             restore,
@@ -246,6 +321,55 @@ mod tests {
             TaskMessage::decode(&BASE64.encode(bad.to_string()))
                 .unwrap_err()
                 .contains("job")
+        );
+    }
+
+    #[test]
+    fn groups_of_tables_round_trip_and_bad_ones_say_why() {
+        let one = task();
+        let tables: Vec<WholeTable> = ["Aaa", "Bbb", "Ccc"]
+            .iter()
+            .enumerate()
+            .map(|(i, t)| WholeTable {
+                table: t.to_string(),
+                task: format!("r{i:04}"),
+            })
+            .collect();
+        assert_eq!(one.for_tables(&[]), None);
+        let single = one.for_tables(&tables[1..2]).unwrap();
+        assert_eq!(
+            (single.table.as_str(), single.task.as_str()),
+            ("Bbb", "r0001")
+        );
+        assert!(
+            matches!(&single.kind, TaskKind::Backup { range, .. } if *range == KeyRange::all())
+        );
+        let group = one.for_tables(&tables).unwrap();
+        assert_eq!(
+            (group.table.as_str(), group.task.as_str()),
+            ("Aaa", "r0000")
+        );
+        assert_eq!(group.owner(), one.job);
+        assert_eq!(TaskMessage::decode(&group.encode()).unwrap(), group);
+        let refused = |edit: &dyn Fn(&mut serde_json::Value), why: &str| {
+            let mut bad = serde_json::to_value(&group).unwrap();
+            edit(&mut bad);
+            let e = TaskMessage::decode(&BASE64.encode(bad.to_string())).unwrap_err();
+            assert!(e.contains(why), "{e}");
+        };
+        refused(&|v| v["tables"] = serde_json::json!([]), "no table");
+        refused(&|v| v["table"] = "Bbb".into(), "first");
+        refused(&|v| v["tables"][1]["table"] = "../x".into(), "table name");
+        refused(&|v| v["tables"][2]["task"] = "../x".into(), "task id");
+        let many: Vec<serde_json::Value> = (0..=MAX_GROUPED_TABLES)
+            .map(|i| serde_json::json!({"table": "Aaa", "task": format!("r{i:04}")}))
+            .collect();
+        refused(
+            &|v| {
+                v["tables"] = many.clone().into();
+                v["tables"][0]["task"] = "r0000".into();
+            },
+            "groups",
         );
     }
 

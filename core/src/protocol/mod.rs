@@ -15,6 +15,8 @@ pub use ids::{
     is_valid_backup_id, new_backup_id, now_rfc3339, poison_queue_name, split_task_id,
     worker_identity,
 };
-pub use message::{PoisonEntry, TaskKind, TaskMessage, handed_back, last_error};
+pub use message::{
+    MAX_GROUPED_TABLES, PoisonEntry, TaskKind, TaskMessage, WholeTable, handed_back, last_error,
+};
 pub use records::*;
 pub use status::JobStatus;

@@ -84,6 +84,10 @@ pub struct BackupAttempt<'a> {
     pub splitting: Option<Splitting<'a>>,
     /// The source account's limiter: every page read is paced by it (`None`: unpaced).
     pub limiter: Option<&'a Arc<AdaptiveLimit>>,
+    /// Notified when a page comes with more to read: the range holds more than a page.
+    /// A worker backing up a group of small tables then hands the rest of the group to
+    /// others instead of keeping it waiting behind a large one.
+    pub more_pages: Option<&'a tokio::sync::Notify>,
 }
 
 /// What an attempt needs to split its range.
@@ -460,6 +464,9 @@ impl BackupAttempt<'_> {
                     }
                 }
                 let full = !page.entities.is_empty() && page.continuation.is_some();
+                if let (true, Some(more)) = (full, self.more_pages) {
+                    more.notify_one();
+                }
                 let mut count = 0u64;
                 let mut page_first: Option<EntityKey> = None;
                 let (mut page_run, mut page_largest) = (0u64, 0u64);
