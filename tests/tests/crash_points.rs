@@ -14,7 +14,9 @@ use support::{backup_of, store, target, watch_opts, worker_config};
 use tablevault_azure::blob::BlobClient;
 use tablevault_azure::queue::QueueClient;
 use tablevault_azure::table::Entity;
-use tablevault_coordinator::backup::{StatusOptions, enqueue, plan, run_backup, status};
+use tablevault_coordinator::backup::{
+    StatusOptions, enqueue, plan, run_backup, status, task_message,
+};
 use tablevault_coordinator::location::Backends;
 use tablevault_coordinator::state::load_manifest;
 use tablevault_coordinator::{Location, WatchOptions};
@@ -41,8 +43,14 @@ fn crashing_store(t: &Location, switch: &Arc<CrashSwitch>) -> Store {
     }))
 }
 
-/// Finishes the job with a fresh coordinator and workers and checks the result exactly.
-async fn resume_and_check(t: &Location, id: &str, env: &TestEnv, source: &[Entity]) -> String {
+/// Finishes the job with a fresh coordinator and workers and checks every table of
+/// `sources` exactly, and that the queue ends empty.
+async fn resume_and_check(
+    t: &Location,
+    id: &str,
+    env: &TestEnv,
+    sources: &[(String, Vec<Entity>)],
+) -> String {
     let wait = StatusOptions {
         wait: true,
         retry_poisoned: false,
@@ -51,26 +59,41 @@ async fn resume_and_check(t: &Location, id: &str, env: &TestEnv, source: &[Entit
         Ok(r) => r,
         Err(e) => return format!("RESUME FAILED: {e}"),
     };
-    if report.status != "complete" || report.entities != source.len() as u64 {
+    if report.status != "complete" {
         return format!("WRONG: {} with {} entities", report.status, report.entities);
     }
+    check_tables(t, id, env, sources).await
+}
+
+/// Checks a complete backup against `sources` exactly, then that the queue empties.
+async fn check_tables(
+    t: &Location,
+    id: &str,
+    env: &TestEnv,
+    sources: &[(String, Vec<Entity>)],
+) -> String {
     let blobs = store(t);
     let manifest = load_manifest(&blobs, id).await.unwrap().unwrap();
-    let mut got = Vec::new();
-    for r in &manifest.tables[0].ranges {
-        let commit = blobs.commit_record(&r.commit).await.unwrap();
-        for b in &commit.blobs {
-            for block in &b.blocks {
-                let d = blobs
-                    .read_block(&b.name, block, manifest.compression)
-                    .await
-                    .unwrap();
-                got.extend(d.batches.into_iter().flatten());
+    for (table, source) in sources {
+        let Some(plan) = manifest.tables.iter().find(|m| &m.name == table) else {
+            return format!("WRONG: table {table} is not in the manifest");
+        };
+        let mut got = Vec::new();
+        for r in &plan.ranges {
+            let commit = blobs.commit_record(&r.commit).await.unwrap();
+            for b in &commit.blobs {
+                for block in &b.blocks {
+                    let d = blobs
+                        .read_block(&b.name, block, manifest.compression)
+                        .await
+                        .unwrap();
+                    got.extend(d.batches.into_iter().flatten());
+                }
             }
         }
-    }
-    if got != source {
-        return "WRONG: the backup differs from the source".into();
+        if &got != source {
+            return format!("WRONG: the backup of {table} differs from the source");
+        }
     }
     // A message the dead process held reappears when its lease lapses; the next worker
     // to claim it finds its task done and drops it.
@@ -185,7 +208,114 @@ async fn a_worker_killed_at_any_step_loses_nothing() {
     let mut matrix = Vec::new();
     for at in points(total + 1, sample_size()) {
         let (t, id, step, _) = run(at).await;
-        let outcome = resume_and_check(&t, &id, &env, &source).await;
+        let outcome = resume_and_check(&t, &id, &env, &[(table.clone(), source.clone())]).await;
+        matrix.push(format!(
+            "worker dies before step {at:>3} {step:<70} -> {outcome}"
+        ));
+    }
+    println!("{}", matrix.join("\n"));
+    assert!(
+        matrix
+            .iter()
+            .all(|r| r.ends_with("complete, exact, queue empty")),
+        "{}",
+        matrix.join("\n")
+    );
+}
+
+/// A worker dies before each step of a group of tables (`TaskKind::Tables`): the first
+/// table holds two pages, so the worker hands the other two on mid-scan; the group comes
+/// back and becomes one task per unfinished table. Whatever the step, the backup ends
+/// complete and exact with nothing left on the queue.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_killed_at_any_step_of_a_group_of_tables_loses_nothing() {
+    use tablevault_core::protocol::WholeTable;
+    use tablevault_core::store::BackupPaths;
+    let env = TestEnv::start().await;
+    let client = tablevault_azure::table::TableClient::new(&env.account).unwrap();
+    let prefix = unique_table("crashg");
+    let mut sources = Vec::new();
+    for (i, (partitions, per)) in [(2, 750), (1, 20), (1, 20)].into_iter().enumerate() {
+        let table = format!("{prefix}{i}");
+        let entities = load_numbered(&client, &table, partitions, per).await;
+        sources.push((table, entities));
+    }
+    let mut req = tablevault_coordinator::backup::BackupRequest::new(env.account.clone());
+    req.tables = Some(sources.iter().map(|(t, _)| t.clone()).collect());
+
+    let run = |at: usize| {
+        let (env, req) = (&env, &req);
+        async move {
+            let t = target(&env.account);
+            let job = plan(req, &t).await.unwrap();
+            // The three tables in one message, as the coordinator groups many tables.
+            t.create_queues().await.unwrap();
+            let whole: Vec<WholeTable> = job
+                .tables
+                .iter()
+                .map(|p| WholeTable {
+                    table: p.name.clone(),
+                    task: p.tasks[0].task.clone(),
+                })
+                .collect();
+            let first = &job.tables[0];
+            let group = task_message(&job, &t.container, &first.name, &first.tasks[0])
+                .for_tables(&whole)
+                .unwrap();
+            t.task_queue()
+                .unwrap()
+                .put(&group.encode(), None)
+                .await
+                .unwrap();
+            store(&t)
+                .mark(&BackupPaths::new(&job.backup_id).enqueued_marker(), "1")
+                .await
+                .unwrap();
+            let switch = CrashSwitch::at(at);
+            let store_for = {
+                let (t, switch) = (t.clone(), switch.clone());
+                Arc::new(move |_: &str| Ok(crashing_store(&t, &switch)))
+            };
+            let backends = WorkerBackends {
+                queue: crashing_queue(&t, &t.queue, &switch),
+                lease_queue: crashing_queue(&t, &t.queue, &switch),
+                poison: crashing_queue(&t, &poison_queue_name(&t.queue), &switch),
+                store_for,
+            };
+            let config = worker_config(&t, &env.account, LEASE);
+            let worker = Worker::with_backends(config, Arc::new(WorkerStats::default()), backends);
+            let stop = CancellationToken::new();
+            let h = tokio::spawn(worker.run(stop.clone()));
+            let blobs = store(&t);
+            let finished = async {
+                while load_manifest(&blobs, &job.backup_id)
+                    .await
+                    .unwrap()
+                    .is_none()
+                {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            };
+            tokio::select! {
+                _ = switch.crashed() => {}
+                _ = finished => {}
+                _ = tokio::time::sleep(Duration::from_secs(30)) => panic!("the worker neither crashed nor finished"),
+            }
+            h.abort();
+            let _ = h.await;
+            let step = switch
+                .steps()
+                .get(at)
+                .cloned()
+                .unwrap_or_else(|| "(after the last step)".into());
+            (t, job.backup_id, step, switch.steps().len())
+        }
+    };
+    let (_, _, _, total) = run(usize::MAX).await;
+    let mut matrix = Vec::new();
+    for at in points(total + 1, sample_size()) {
+        let (t, id, step, _) = run(at).await;
+        let outcome = resume_and_check(&t, &id, &env, &sources).await;
         matrix.push(format!(
             "worker dies before step {at:>3} {step:<70} -> {outcome}"
         ));
@@ -247,7 +377,7 @@ async fn a_coordinator_killed_at_any_step_loses_nothing() {
         let ids = store(&t).list_dirs("").await.unwrap_or_default();
         let outcome = match ids.first() {
             None => "nothing written: run the backup again".to_string(),
-            Some(id) => resume_and_check(&t, id, &env, &source).await,
+            Some(id) => resume_and_check(&t, id, &env, &[(table.clone(), source.clone())]).await,
         };
         matrix.push(format!(
             "coordinator dies before step {at:>3} {step:<60} -> {outcome}"
