@@ -6,6 +6,7 @@ pub mod fake_entra;
 pub mod fault_proxy;
 pub mod mock_server;
 
+use futures::StreamExt;
 use tablevault_azure::StorageAccount;
 use tablevault_azure::table::{BatchOperation, EdmValue, Entity, Query, TableClient};
 use tablevault_dev::emulator::Azurite;
@@ -182,6 +183,29 @@ pub async fn load_numbered(
             .collect::<Vec<_>>()
     });
     load_batches(client, table, batches).await
+}
+
+/// Loads `count` tables named `<prefix>NNN` of three entities each, table `large` (if
+/// any) with 2,700 across three partitions; returns the names and entities by name.
+pub async fn load_many_tables(
+    client: &TableClient,
+    prefix: &str,
+    count: usize,
+    large: Option<usize>,
+) -> std::collections::BTreeMap<String, Vec<Entity>> {
+    futures::stream::iter(0..count)
+        .map(|i| async move {
+            let table = format!("{prefix}{i:03}");
+            let entities = if Some(i) == large {
+                load_numbered(client, &table, 3, 900).await
+            } else {
+                load_numbered(client, &table, 1, 3).await
+            };
+            (table, entities)
+        })
+        .buffer_unordered(8)
+        .collect()
+        .await
 }
 
 /// Creates `table` holding [`edge_entity`] for every pair of [`AWKWARD_KEYS`] and returns

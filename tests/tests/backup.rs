@@ -23,7 +23,8 @@ use tablevault_core::protocol::{Manifest, TaskKind, TaskMessage, poison_queue_na
 use tablevault_core::store::{BackupPaths, Store};
 use tablevault_tests::fault_proxy::{FaultPlan, proxied_connection_string};
 use tablevault_tests::{
-    AWKWARD_KEYS, TestEnv, env_number, load_edge_table, load_numbered, scan_all, unique_table,
+    AWKWARD_KEYS, TestEnv, env_number, load_edge_table, load_many_tables, load_numbered, scan_all,
+    unique_table,
 };
 use tablevault_worker::attempt::backup::{BackupAttempt, BackupOutcome};
 use tablevault_worker::{Worker, WorkerStats};
@@ -1083,30 +1084,6 @@ async fn a_first_task_that_found_no_cut_yet_still_splits_later() {
     // Balance is timing's (others test it); here, no task reads three quarters.
     assert!(counts.iter().all(|&c| c * 4 <= n * 3), "{counts:?}");
     assert_eq!(read_backup(&blobs, &manifest, &table).await, source);
-}
-
-/// Loads `count` tables named `<prefix>NNN` of three entities each, table `large` (if
-/// any) with 2,700 across three partitions; returns the names and entities by name.
-async fn load_many_tables(
-    client: &TableClient,
-    prefix: &str,
-    count: usize,
-    large: Option<usize>,
-) -> std::collections::BTreeMap<String, Vec<Entity>> {
-    use futures::StreamExt;
-    futures::stream::iter(0..count)
-        .map(|i| async move {
-            let table = format!("{prefix}{i:03}");
-            let entities = if Some(i) == large {
-                load_numbered(client, &table, 3, 900).await
-            } else {
-                load_numbered(client, &table, 1, 3).await
-            };
-            (table, entities)
-        })
-        .buffer_unordered(8)
-        .collect()
-        .await
 }
 
 /// Many small tables go on the queue a few to a message (a put, a claim and a delete
