@@ -109,6 +109,15 @@ pub struct Splitting<'a> {
 /// on for a fifth of the backup while the others ran dry.
 const SPLIT_CHECK_INTERVAL: Duration = Duration::from_millis(50);
 
+/// What a look for idle workers came to (`try_split`).
+#[derive(Default)]
+struct SplitLook {
+    /// Tasks split off, upper ones first; none when the range was not cut.
+    split_off: Vec<PlannedTask>,
+    /// Nothing waited on the queue and a search that sent probes found no cut.
+    fruitless: bool,
+}
+
 /// What a scan covered.
 struct Scanned {
     /// Where the scan stopped: the range's end, or where the first split-off task starts.
@@ -195,7 +204,7 @@ impl BackupAttempt<'_> {
     /// tasks, upper ones first.
     /// Splitting only speeds things up, so any failure just means no split.
     ///
-    /// With no task waiting, a search that sent probes and found no cut sets
+    /// With no task waiting, a search that sent probes and found no cut is
     /// `fruitless`, and the caller looks less often: after the n-th such search it skips
     /// the next 2^n - 1 looks. Mostly the remainder was too small to split and only
     /// shrinks as the task reads on; asked again at every page, the tail task of a
@@ -209,8 +218,7 @@ impl BackupAttempt<'_> {
         seen_next: Option<&EntityKey>,
         end: Option<&EntityKey>,
         read: ReadSoFar<'_>,
-        fruitless: &mut bool,
-    ) -> Vec<PlannedTask> {
+    ) -> SplitLook {
         // Where partitions have a rate (Azure), the rest of one is read fastest by one
         // task, and a remainder is only cut in two (`find_split`).
         let unpaced = self.limiter.is_none_or(|l| !l.paces_partitions());
@@ -225,9 +233,9 @@ impl BackupAttempt<'_> {
                 Ok(TaskKind::Backup {
                     estimate: Some(e), ..
                 }) => Some(e),
-                _ => return Vec::new(),
+                _ => return SplitLook::default(),
             },
-            Ok(Some(_)) | Err(_) => return Vec::new(),
+            Ok(Some(_)) | Err(_) => return SplitLook::default(),
         };
         let probe = CountingProbe::new(TableProbe {
             client: self.source,
@@ -247,12 +255,14 @@ impl BackupAttempt<'_> {
         {
             Ok(Some(s)) => s,
             Ok(None) => {
-                *fruitless = outweigh.is_none() && probe.sent() > 0;
-                return Vec::new();
+                return SplitLook {
+                    split_off: Vec::new(),
+                    fruitless: outweigh.is_none() && probe.sent() > 0,
+                };
             }
             Err(e) => {
                 tracing::debug!(error = %e, "could not probe for a split point; not splitting");
-                return Vec::new();
+                return SplitLook::default();
             }
         };
         // The upper part, as one task or as pieces, top piece last.
@@ -299,11 +309,14 @@ impl BackupAttempt<'_> {
             .rev()
             .collect();
         let Some(lowest) = split_off.last() else {
-            return Vec::new();
+            return SplitLook::default();
         };
         tracing::info!(at = %lowest.range, pieces = split_off.len(), probes = split.probes, estimate = ?split.estimate, waiting = ?outweigh, "split the unread part of the range off to other workers");
         WorkerStats::add(&self.stats.tasks_split, split_off.len() as u64);
-        split_off
+        SplitLook {
+            split_off,
+            fruitless: false,
+        }
     }
 
     /// Scans every segment of the range in key order into the writer, splitting off
@@ -400,8 +413,6 @@ impl BackupAttempt<'_> {
             // Whether to offer half of the rest to idle workers once the next page is
             // in: it shows where the next partition starts, sparing a probe.
             let mut look_due = false;
-            // Set by a search for a cut with nothing waiting that found none (`try_split`).
-            let mut fruitless = false;
             // Fruitless searches so far, and looks still to skip after the last one.
             let (mut fruitless_searches, mut looks_to_skip) = (0u32, 0u32);
             'pages: loop {
@@ -441,20 +452,20 @@ impl BackupAttempt<'_> {
                         }),
                         planned: splitting.planned,
                     };
-                    let pieces = self
+                    let look = self
                         .try_split(
                             splitting,
                             after,
                             seen_next.as_ref(),
                             end.as_ref(),
                             so_far,
-                            &mut fruitless,
                         )
                         .await;
-                    if std::mem::take(&mut fruitless) {
+                    if look.fruitless {
                         fruitless_searches += 1;
                         looks_to_skip = (1u32 << fruitless_searches.min(16)) - 1;
                     }
+                    let pieces = look.split_off;
                     if let Some(lowest) = pieces.last() {
                         end = lowest.range.start.clone();
                         end_tx.send_replace(end.clone());
