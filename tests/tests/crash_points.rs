@@ -147,6 +147,82 @@ fn points(total: usize, most: usize) -> Vec<usize> {
     }
 }
 
+/// Runs one worker on the job's queue whose storage and queue die before step `at`
+/// (`usize::MAX`: never), until it dies or the backup is complete; returns the step it
+/// died before and how many steps it took.
+async fn worker_dies_before(
+    at: usize,
+    t: &Location,
+    env: &TestEnv,
+    backup_id: &str,
+) -> (String, usize) {
+    let switch = CrashSwitch::at(at);
+    let store_for = {
+        let (t, switch) = (t.clone(), switch.clone());
+        Arc::new(move |_: &str| Ok(crashing_store(&t, &switch)))
+    };
+    let backends = WorkerBackends {
+        queue: crashing_queue(t, &t.queue, &switch),
+        lease_queue: crashing_queue(t, &t.queue, &switch),
+        poison: crashing_queue(t, &poison_queue_name(&t.queue), &switch),
+        store_for,
+    };
+    let config = worker_config(t, &env.account, LEASE);
+    let worker = Worker::with_backends(config, Arc::new(WorkerStats::default()), backends);
+    let stop = CancellationToken::new();
+    let h = tokio::spawn(worker.run(stop.clone()));
+    let blobs = store(t);
+    let finished = async {
+        while load_manifest(&blobs, backup_id).await.unwrap().is_none() {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    };
+    tokio::select! {
+        _ = switch.crashed() => {}
+        _ = finished => {}
+        _ = tokio::time::sleep(Duration::from_secs(30)) => panic!("the worker neither crashed nor finished"),
+    }
+    h.abort();
+    let _ = h.await;
+    let step = switch
+        .steps()
+        .get(at)
+        .cloned()
+        .unwrap_or_else(|| "(after the last step)".into());
+    (step, switch.steps().len())
+}
+
+/// Runs `run` (a fresh job whose one worker dies before the given step; returns its
+/// location, id, that step and the steps taken) once to count the steps, then for each
+/// sampled step, each time carried on by a fresh coordinator; every run must end
+/// complete, exact (`sources`) and with an empty queue. Prints the matrix.
+async fn assert_every_worker_crash_recovers<F, Fut>(
+    run: F,
+    env: &TestEnv,
+    sources: &[(String, Vec<Entity>)],
+) where
+    F: Fn(usize) -> Fut,
+    Fut: std::future::Future<Output = (Location, String, String, usize)>,
+{
+    let (_, _, _, total) = run(usize::MAX).await;
+    let mut matrix = Vec::new();
+    for at in points(total + 1, sample_size()) {
+        let (t, id, step, _) = run(at).await;
+        let outcome = resume_and_check(&t, &id, env, sources).await;
+        matrix.push(format!(
+            "worker dies before step {at:>3} {step:<70} -> {outcome}"
+        ));
+    }
+    println!("{}", matrix.join("\n"));
+    assert!(
+        matrix
+            .iter()
+            .all(|r| r.ends_with("complete, exact, queue empty")),
+        "{}",
+        matrix.join("\n")
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_worker_killed_at_any_step_loses_nothing() {
     let env = TestEnv::start().await;
@@ -164,63 +240,11 @@ async fn a_worker_killed_at_any_step_loses_nothing() {
             let t = target(&env.account);
             let job = plan(req, &t).await.unwrap();
             enqueue(&t, &job, None).await.unwrap();
-            let switch = CrashSwitch::at(at);
-            let store_for = {
-                let (t, switch) = (t.clone(), switch.clone());
-                Arc::new(move |_: &str| Ok(crashing_store(&t, &switch)))
-            };
-            let backends = WorkerBackends {
-                queue: crashing_queue(&t, &t.queue, &switch),
-                lease_queue: crashing_queue(&t, &t.queue, &switch),
-                poison: crashing_queue(&t, &poison_queue_name(&t.queue), &switch),
-                store_for,
-            };
-            let config = worker_config(&t, &env.account, LEASE);
-            let worker = Worker::with_backends(config, Arc::new(WorkerStats::default()), backends);
-            let stop = CancellationToken::new();
-            let h = tokio::spawn(worker.run(stop.clone()));
-            let blobs = store(&t);
-            let finished = async {
-                while load_manifest(&blobs, &job.backup_id)
-                    .await
-                    .unwrap()
-                    .is_none()
-                {
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                }
-            };
-            tokio::select! {
-                _ = switch.crashed() => {}
-                _ = finished => {}
-                _ = tokio::time::sleep(Duration::from_secs(30)) => panic!("the worker neither crashed nor finished"),
-            }
-            h.abort();
-            let _ = h.await;
-            let step = switch
-                .steps()
-                .get(at)
-                .cloned()
-                .unwrap_or_else(|| "(after the last step)".into());
-            (t, job.backup_id, step, switch.steps().len())
+            let (step, total) = worker_dies_before(at, &t, env, &job.backup_id).await;
+            (t, job.backup_id, step, total)
         }
     };
-    let (_, _, _, total) = run(usize::MAX).await;
-    let mut matrix = Vec::new();
-    for at in points(total + 1, sample_size()) {
-        let (t, id, step, _) = run(at).await;
-        let outcome = resume_and_check(&t, &id, &env, &[(table.clone(), source.clone())]).await;
-        matrix.push(format!(
-            "worker dies before step {at:>3} {step:<70} -> {outcome}"
-        ));
-    }
-    println!("{}", matrix.join("\n"));
-    assert!(
-        matrix
-            .iter()
-            .all(|r| r.ends_with("complete, exact, queue empty")),
-        "{}",
-        matrix.join("\n")
-    );
+    assert_every_worker_crash_recovers(run, &env, &[(table.clone(), source.clone())]).await;
 }
 
 /// A worker dies before each step of a group of tables (`TaskKind::Tables`): the first
@@ -271,63 +295,11 @@ async fn a_worker_killed_at_any_step_of_a_group_of_tables_loses_nothing() {
                 .mark(&BackupPaths::new(&job.backup_id).enqueued_marker(), "1")
                 .await
                 .unwrap();
-            let switch = CrashSwitch::at(at);
-            let store_for = {
-                let (t, switch) = (t.clone(), switch.clone());
-                Arc::new(move |_: &str| Ok(crashing_store(&t, &switch)))
-            };
-            let backends = WorkerBackends {
-                queue: crashing_queue(&t, &t.queue, &switch),
-                lease_queue: crashing_queue(&t, &t.queue, &switch),
-                poison: crashing_queue(&t, &poison_queue_name(&t.queue), &switch),
-                store_for,
-            };
-            let config = worker_config(&t, &env.account, LEASE);
-            let worker = Worker::with_backends(config, Arc::new(WorkerStats::default()), backends);
-            let stop = CancellationToken::new();
-            let h = tokio::spawn(worker.run(stop.clone()));
-            let blobs = store(&t);
-            let finished = async {
-                while load_manifest(&blobs, &job.backup_id)
-                    .await
-                    .unwrap()
-                    .is_none()
-                {
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                }
-            };
-            tokio::select! {
-                _ = switch.crashed() => {}
-                _ = finished => {}
-                _ = tokio::time::sleep(Duration::from_secs(30)) => panic!("the worker neither crashed nor finished"),
-            }
-            h.abort();
-            let _ = h.await;
-            let step = switch
-                .steps()
-                .get(at)
-                .cloned()
-                .unwrap_or_else(|| "(after the last step)".into());
-            (t, job.backup_id, step, switch.steps().len())
+            let (step, total) = worker_dies_before(at, &t, env, &job.backup_id).await;
+            (t, job.backup_id, step, total)
         }
     };
-    let (_, _, _, total) = run(usize::MAX).await;
-    let mut matrix = Vec::new();
-    for at in points(total + 1, sample_size()) {
-        let (t, id, step, _) = run(at).await;
-        let outcome = resume_and_check(&t, &id, &env, &sources).await;
-        matrix.push(format!(
-            "worker dies before step {at:>3} {step:<70} -> {outcome}"
-        ));
-    }
-    println!("{}", matrix.join("\n"));
-    assert!(
-        matrix
-            .iter()
-            .all(|r| r.ends_with("complete, exact, queue empty")),
-        "{}",
-        matrix.join("\n")
-    );
+    assert_every_worker_crash_recovers(run, &env, &sources).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

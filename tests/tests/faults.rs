@@ -59,6 +59,17 @@ fn sum(proxies: &[FaultProxy]) -> FaultCounts {
     c
 }
 
+/// A fresh container and queue in `account`, reached with [`patient`] retries.
+fn patient_location(account: &StorageAccount) -> Location {
+    Location {
+        account: account.clone(),
+        container: unique_lower("bk"),
+        queue: unique_lower("tasks"),
+        client_options: patient(),
+        backends: None,
+    }
+}
+
 /// One backup and restore of `partitions × per` entities with every request through
 /// proxies injecting `rate` faults; returns a line of figures.
 async fn backup_and_restore_under_faults(
@@ -75,13 +86,7 @@ async fn backup_and_restore_under_faults(
     let (conn, proxies) =
         proxied_connection_string(&env.connection_string(), &FaultPlan::mixed(rate, seed)).await;
     let account = StorageAccount::from_connection_string(&conn).unwrap();
-    let t = Location {
-        account: account.clone(),
-        container: unique_lower("bk"),
-        queue: unique_lower("tasks"),
-        client_options: patient(),
-        backends: None,
-    };
+    let t = patient_location(&account);
     let started = Instant::now();
     let mut req = backup_of(&account, &table);
     req.ranges_per_table = Some(6);
@@ -189,13 +194,7 @@ async fn many_small_tables_under_faults(rate: f64, seed: u64) -> String {
     let (conn, proxies) =
         proxied_connection_string(&env.connection_string(), &FaultPlan::mixed(rate, seed)).await;
     let account = StorageAccount::from_connection_string(&conn).unwrap();
-    let t = Location {
-        account: account.clone(),
-        container: unique_lower("bk"),
-        queue: unique_lower("tasks"),
-        client_options: patient(),
-        backends: None,
-    };
+    let t = patient_location(&account);
     let started = Instant::now();
     let backup = run_backup(
         &BackupRequest::new(account.clone()),

@@ -249,24 +249,9 @@ impl Worker {
         shutdown: CancellationToken,
     ) {
         let settler = &self.settler;
-        let store = match self.jobs.store(&task.container) {
-            Ok(s) => s,
-            Err(e) => {
-                let why = format!("bad container: {e}");
-                settler
-                    .move_to_poison(&message, &message.pop_receipt, &why, None)
-                    .await;
-                return;
-            }
+        let Some((store, lease)) = self.take(&message, &task).await else {
+            return;
         };
-        // The message is ours from here on, however long reading the job's files takes.
-        let lease = Lease::start_counted(
-            self.lease_queue.clone(),
-            &message,
-            self.config.claim_visibility(),
-            self.config.visibility,
-            Some(self.config.metrics.clone()),
-        );
         let resolved = match self.resolve(&store, &task).await {
             Ok(Some(r)) => r,
             Ok(None) => {
@@ -438,6 +423,34 @@ impl Worker {
 }
 
 impl Worker {
+    /// The store of the task's container and a lease on its message, which is ours from
+    /// here on however long reading the job's files takes; `None` (the message moved to
+    /// the poison queue) when the container is not one this worker can use.
+    pub(crate) async fn take(
+        &self,
+        message: &ReceivedMessage,
+        task: &TaskMessage,
+    ) -> Option<(Store, Lease)> {
+        let store = match self.jobs.store(&task.container) {
+            Ok(s) => s,
+            Err(e) => {
+                let why = format!("bad container: {e}");
+                self.settler
+                    .move_to_poison(message, &message.pop_receipt, &why, None)
+                    .await;
+                return None;
+            }
+        };
+        let lease = Lease::start_counted(
+            self.lease_queue.clone(),
+            message,
+            self.config.claim_visibility(),
+            self.config.visibility,
+            Some(self.config.metrics.clone()),
+        );
+        Some((store, lease))
+    }
+
     /// The source's Table client for a backup job, paced by its account's limiter (held
     /// to this worker's share while the returned guard lives); `None`, with a warning,
     /// when this worker holds no credentials for the account.

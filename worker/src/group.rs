@@ -38,23 +38,9 @@ impl Worker {
         shutdown: CancellationToken,
     ) {
         let settler = &self.settler;
-        let store = match self.jobs.store(&task.container) {
-            Ok(s) => s,
-            Err(e) => {
-                let why = format!("bad container: {e}");
-                settler
-                    .move_to_poison(&message, &message.pop_receipt, &why, None)
-                    .await;
-                return;
-            }
+        let Some((store, lease)) = self.take(&message, &task).await else {
+            return;
         };
-        let lease = Lease::start_counted(
-            self.lease_queue.clone(),
-            &message,
-            self.config.claim_visibility(),
-            self.config.visibility,
-            Some(self.config.metrics.clone()),
-        );
         let job = match self.jobs.backup_job(&store, &task.job).await {
             Ok(Some(job)) => job,
             Ok(None) => {
