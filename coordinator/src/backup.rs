@@ -257,9 +257,10 @@ pub fn task_message(
     }
 }
 
-/// Puts one message per task on the queue, in shuffled order so concurrent workers spread
-/// over the key space, then records that the job is fully enqueued. With `state`, only
-/// tasks not yet committed or poisoned are enqueued (a resumed job).
+/// Puts one message per task on the queue (many small whole tables a few to a message,
+/// `group_size`), in shuffled order so concurrent workers spread over the key space,
+/// then records that the job is fully enqueued. With `state`, only tasks not yet
+/// committed or poisoned are enqueued (a resumed job). Returns the messages put.
 pub async fn enqueue(
     location: &Location,
     job: &BackupJob,
@@ -656,7 +657,7 @@ pub async fn status(
     {
         let n = put_tasks(location, &job, Some(&state)).await?;
         tracing::info!(
-            tasks = n,
+            messages = n,
             "the previous coordinator died before enqueueing everything; re-enqueued outstanding tasks"
         );
     }

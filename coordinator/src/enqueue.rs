@@ -14,7 +14,7 @@ use crate::{Error, Result};
 const PUTS_IN_FLIGHT: usize = 8;
 
 /// Enqueues `tasks` in random order; returns how many. Each put is at least once (a
-/// duplicate task is harmless); on failure the error says how many of the tasks are on
+/// duplicate task is harmless); on failure the error says how many of the messages are on
 /// the queue, and `next_step` what to do about the rest.
 pub(crate) async fn enqueue_shuffled(
     queue: &Arc<dyn TaskQueue>,
@@ -35,7 +35,7 @@ pub(crate) async fn enqueue_shuffled(
     match results.into_iter().find_map(Result::err) {
         None => Ok(count),
         Some(e) => Err(Error::from(e).in_step(format!(
-            "{queued} of {count} tasks were put on queue {:?}; {next_step}",
+            "{queued} of {count} task messages were put on queue {:?}; {next_step}",
             queue.name()
         ))),
     }

@@ -133,7 +133,7 @@ async fn a_failed_enqueue_names_the_job_and_how_to_carry_on() {
         text.contains(&format!("tablevault status {id} --wait")),
         "{text}"
     );
-    assert!(text.contains("0 of 1 tasks"), "{text}");
+    assert!(text.contains("0 of 1 task messages"), "{text}");
     assert!(text.contains("ServerBusy"), "{text}");
     // The marker is not written, so `status --wait` queues what is missing.
     assert!(!store.exists(&marker).await.unwrap());
@@ -254,7 +254,7 @@ async fn a_failed_enqueue_ends_the_watch_it_overlaps() {
     assert!(started.elapsed() < std::time::Duration::from_secs(60));
     let text = err.to_string();
     assert!(
-        text.contains("0 of 1 tasks") && text.contains("--wait"),
+        text.contains("0 of 1 task messages") && text.contains("--wait"),
         "{text}"
     );
     assert!(!store.exists(&marker).await.unwrap());
