@@ -9,7 +9,7 @@ use std::time::Duration;
 use tablevault_core::job::finalize::settle_backup;
 use tablevault_core::keys::{EntityKey, KeyRange};
 use tablevault_core::protocol::{
-    BackupJob, CommitRecord, RestoreJob, TaskKind, TaskMessage, last_error,
+    AccountRef, BackupJob, CommitRecord, RestoreJob, TaskKind, TaskMessage, last_error,
 };
 use tablevault_core::queue::ReceivedMessage;
 use tablevault_core::stats::WorkerStats;
@@ -252,27 +252,10 @@ impl Worker {
         let Some((store, lease)) = self.take(&message, &task).await else {
             return;
         };
-        let resolved = match self.resolve(&store, &task).await {
-            Ok(Some(r)) => r,
-            Ok(None) => {
-                // Expected after `prune` or `forget` removed the job: queued messages
-                // cannot be deleted without their receipt, so they end here.
-                tracing::info!(
-                    "stale message: its backup or restore does not exist (removed?); dropping it"
-                );
-                let _ = lease.complete().await;
-                return;
-            }
-            Err(e) if e.status() == Some(404) => {
-                tracing::info!(error = %e, "stale message: the backup data it refers to is gone (removed?); dropping it");
-                let _ = lease.complete().await;
-                return;
-            }
-            Err(e) => {
-                tracing::warn!(error = %e, "cannot read the job's files; giving the task back");
-                let _ = lease.release(READ_FAILED_RETRY, None).await;
-                return;
-            }
+        let Some((resolved, lease)) =
+            found_or_settled(self.resolve(&store, &task).await, lease).await
+        else {
+            return;
         };
         if let (Work::Restore { job, .. }, TaskKind::Restore { restore, .. }) =
             (&resolved.work, &task.kind)
@@ -334,9 +317,8 @@ impl Worker {
                 .await;
             return;
         }
-        let beat = format!("{}{}", resolved.heartbeats, blob_safe(&self.identity));
         // Beats until dropped: at the end, or on an early return below.
-        let heartbeat = Heartbeat::start(&self.beats, store.clone(), beat, &task, &self.identity);
+        let heartbeat = self.heartbeat(&store, &resolved.heartbeats, &task);
         let outcome = match &resolved.work {
             Work::Backup {
                 job,
@@ -344,8 +326,15 @@ impl Worker {
                 ceiling,
                 planned,
             } => {
-                let Some((source, limiter, _following)) =
-                    self.backup_source(&store, job, &resolved.heartbeats).await
+                let Some((source, limiter, _following)) = self
+                    .paced_client(
+                        Role::Source,
+                        &job.source,
+                        &store,
+                        &resolved.heartbeats,
+                        job.options.max_rate,
+                    )
+                    .await
                 else {
                     let receipt = lease.stop().await;
                     settler.offer_to_others(&message, &receipt).await;
@@ -374,19 +363,16 @@ impl Worker {
                 blob,
                 block,
             } => {
-                let (limiter, _following) = self
-                    .limiter_for(
-                        &job.target.table_endpoint,
+                let Some((target, limiter, _following)) = self
+                    .paced_client(
+                        Role::Target,
+                        &job.target,
                         &store,
                         &resolved.heartbeats,
                         job.max_rate,
                     )
-                    .await;
-                let Some(target) =
-                    self.jobs
-                        .table_client(&self.config.targets, &job.target, Some(&limiter))
+                    .await
                 else {
-                    tracing::warn!(account = %job.target.account, "this worker has no credentials for the target account; handing the task to another worker (configure --target)");
                     let receipt = lease.stop().await;
                     settler.offer_to_others(&message, &receipt).await;
                     return;
@@ -451,31 +437,41 @@ impl Worker {
         Some((store, lease))
     }
 
-    /// The source's Table client for a backup job, paced by its account's limiter (held
-    /// to this worker's share while the returned guard lives); `None`, with a warning,
-    /// when this worker holds no credentials for the account.
-    pub(crate) async fn backup_source(
+    /// A Table client for the account a job reads (`Role::Source`) or writes
+    /// (`Role::Target`), paced by that account's limiter (held to this worker's share of
+    /// the account, or of `max_rate`, while the returned guard lives); `None`, with a
+    /// warning, when this worker holds no credentials for the account.
+    pub(crate) async fn paced_client(
         &self,
+        role: Role,
+        account: &AccountRef,
         store: &Store,
-        job: &BackupJob,
         heartbeats: &str,
+        max_rate: Option<u32>,
     ) -> Option<(TableClient, Arc<AdaptiveLimit>, FleetShare)> {
         let (limiter, following) = self
-            .limiter_for(
-                &job.source.table_endpoint,
-                store,
-                heartbeats,
-                job.options.max_rate,
-            )
+            .limiter_for(&account.table_endpoint, store, heartbeats, max_rate)
             .await;
-        let Some(source) =
-            self.jobs
-                .table_client(&self.config.sources, &job.source, Some(&limiter))
-        else {
-            tracing::warn!(account = %job.source.account, "this worker has no credentials for the source account; handing the task to another worker (configure --source)");
+        let accounts = match role {
+            Role::Source => &self.config.sources,
+            Role::Target => &self.config.targets,
+        };
+        let Some(client) = self.jobs.table_client(accounts, account, Some(&limiter)) else {
+            let (what, option) = match role {
+                Role::Source => ("source", "--source"),
+                Role::Target => ("target", "--target"),
+            };
+            tracing::warn!(account = %account.account, "this worker has no credentials for the {what} account; handing the task to another worker (configure {option})");
             return None;
         };
-        Some((source, limiter, following))
+        Some((client, limiter, following))
+    }
+
+    /// The worker's heartbeat for a job whose heartbeats are under `root`, beating
+    /// while it lives.
+    pub(crate) fn heartbeat(&self, store: &Store, root: &str, task: &TaskMessage) -> Heartbeat {
+        let path = format!("{root}{}", blob_safe(&self.identity));
+        Heartbeat::start(&self.beats, store.clone(), path, task, &self.identity)
     }
 
     /// An attempt at one backup task: `names` are the container, table and task, `stop`
@@ -541,8 +537,48 @@ impl Worker {
     }
 }
 
+/// Which account of a job a Table client is for.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Role {
+    /// The account a backup reads.
+    Source,
+    /// The account a restore writes.
+    Target,
+}
+
+/// What a task's job files were read as, when they were found: `None` when the message
+/// was settled instead. A job that no longer exists, or whose data is gone, drops the
+/// message: expected after `prune` or `forget` removed the job (queued messages cannot
+/// be deleted without their receipt, so they end here). Files that cannot be read give
+/// it back for a retry.
+pub(crate) async fn found_or_settled<T>(
+    found: Result<Option<T>, StoreError>,
+    lease: Lease,
+) -> Option<(T, Lease)> {
+    match found {
+        Ok(Some(t)) => Some((t, lease)),
+        Ok(None) => {
+            tracing::info!(
+                "stale message: its backup or restore does not exist (removed?); dropping it"
+            );
+            let _ = lease.complete().await;
+            None
+        }
+        Err(e) if e.status() == Some(404) => {
+            tracing::info!(error = %e, "stale message: the backup data it refers to is gone (removed?); dropping it");
+            let _ = lease.complete().await;
+            None
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot read the job's files; giving the task back");
+            let _ = lease.release(READ_FAILED_RETRY, None).await;
+            None
+        }
+    }
+}
+
 /// A worker identity (`host/pid`) as one blob name segment.
-pub(crate) fn blob_safe(identity: &str) -> String {
+fn blob_safe(identity: &str) -> String {
     identity
         .chars()
         .map(|c| {
@@ -575,13 +611,7 @@ impl Heartbeat {
     /// first beat tells the other workers at once that one more shares the account.
     /// Otherwise the task beats first after a period: one that ends sooner says so by
     /// its record.
-    pub(crate) fn start(
-        beats: &Beats,
-        store: Store,
-        path: String,
-        task: &TaskMessage,
-        worker: &str,
-    ) -> Self {
+    fn start(beats: &Beats, store: Store, path: String, task: &TaskMessage, worker: &str) -> Self {
         let working = format!("{}/{path}", store.container());
         let now = beats.task_started(&working);
         let beat = serde_json::json!({ "worker": worker, "table": task.table, "task": task.task });
@@ -644,4 +674,4 @@ impl Drop for Heartbeat {
 pub(crate) const FOREIGN_TASK_DELAY: Duration = Duration::from_secs(2);
 
 /// How soon a task whose job files could not be read is tried again.
-pub(crate) const READ_FAILED_RETRY: Duration = Duration::from_secs(5);
+const READ_FAILED_RETRY: Duration = Duration::from_secs(5);

@@ -22,11 +22,20 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use crate::TaskError;
-use crate::dispatch::{Heartbeat, READ_FAILED_RETRY, blob_safe};
+use crate::dispatch::{Role, found_or_settled};
 use crate::lease::Lease;
 use crate::metrics::Kind;
 use crate::settle::retry_delay;
 use crate::worker::Worker;
+
+/// Why a group becomes one message per table.
+#[derive(Clone, Copy)]
+enum Ungroup<'a> {
+    /// An earlier claim ended without finishing it: tables already committed are left out.
+    CameBack,
+    /// `table` failed with `why` (none from it on is committed).
+    Failed { table: &'a WholeTable, why: &'a str },
+}
 
 impl Worker {
     /// Backs up a group of tables (`tables`, the first of which is `task`'s).
@@ -41,23 +50,10 @@ impl Worker {
         let Some((store, lease)) = self.take(&message, &task).await else {
             return;
         };
-        let job = match self.jobs.backup_job(&store, &task.job).await {
-            Ok(Some(job)) => job,
-            Ok(None) => {
-                tracing::info!("stale message: its backup does not exist (removed?); dropping it");
-                let _ = lease.complete().await;
-                return;
-            }
-            Err(e) if e.status() == Some(404) => {
-                tracing::info!(error = %e, "stale message: its backup is gone (removed?); dropping it");
-                let _ = lease.complete().await;
-                return;
-            }
-            Err(e) => {
-                tracing::warn!(error = %e, "cannot read the job's files; giving the tasks back");
-                let _ = lease.release(READ_FAILED_RETRY, None).await;
-                return;
-            }
+        let Some((job, lease)) =
+            found_or_settled(self.jobs.backup_job(&store, &task.job).await, lease).await
+        else {
+            return;
         };
         if message.dequeue_count > 1 {
             // An earlier claim ended without finishing (its worker died or lost the
@@ -66,16 +62,21 @@ impl Worker {
                 tables = tables.len(),
                 "a group of tables came back; queueing each unfinished table as a task of its own"
             );
-            self.ungroup(&store, &task, &tables, None, true, lease, &message)
+            self.ungroup(&store, &task, &tables, Ungroup::CameBack, lease, &message)
                 .await;
             return;
         }
-        let paths = BackupPaths::new(&task.job);
-        let heartbeats = paths.heartbeats_root();
-        let beat = format!("{heartbeats}{}", blob_safe(&self.identity));
-        let heartbeat = Heartbeat::start(&self.beats, store.clone(), beat, &task, &self.identity);
-        let Some((source, limiter, _following)) =
-            self.backup_source(&store, &job, &heartbeats).await
+        let heartbeats = BackupPaths::new(&task.job).heartbeats_root();
+        let heartbeat = self.heartbeat(&store, &heartbeats, &task);
+        let Some((source, limiter, _following)) = self
+            .paced_client(
+                Role::Source,
+                &job.source,
+                &store,
+                &heartbeats,
+                job.options.max_rate,
+            )
+            .await
         else {
             let receipt = lease.stop().await;
             settler.offer_to_others(&message, &receipt).await;
@@ -136,17 +137,12 @@ impl Worker {
                 }
                 Err(TaskError::Transient(why) | TaskError::Permanent(why)) => {
                     tracing::warn!(table = %table.table, reason = %why, "a table of the group failed; queueing it and the rest as tasks of their own");
-                    let failed = Some((table, why.as_str()));
-                    self.ungroup(
-                        &store,
-                        &task,
-                        &tables[i..end],
-                        failed,
-                        false,
-                        lease,
-                        &message,
-                    )
-                    .await;
+                    let failed = Ungroup::Failed {
+                        table,
+                        why: why.as_str(),
+                    };
+                    self.ungroup(&store, &task, &tables[i..end], failed, lease, &message)
+                        .await;
                     return;
                 }
             }
@@ -182,23 +178,21 @@ impl Worker {
         }
     }
 
-    /// Replaces the group's message with one message per table of `tables` (skipping
-    /// those already committed when `check_done`), the failed one carrying its error,
+    /// Replaces the group's message with one message per table of `tables` (for a group
+    /// that came back, those not committed yet; a failed table's carrying its error),
     /// then deletes it. If a put fails, the group is given back for a retry instead.
-    #[allow(clippy::too_many_arguments)]
     async fn ungroup(
         &self,
         store: &Store,
         task: &TaskMessage,
         tables: &[WholeTable],
-        failed: Option<(&WholeTable, &str)>,
-        check_done: bool,
+        why: Ungroup<'_>,
         lease: Lease,
         message: &ReceivedMessage,
     ) {
         let paths = &BackupPaths::new(&task.job);
         let puts = tables.iter().map(|t| async move {
-            if check_done
+            if matches!(why, Ungroup::CameBack)
                 && store
                     .exists(&paths.commit(&t.table, &t.task))
                     .await
@@ -207,8 +201,8 @@ impl Worker {
                 return Ok(());
             }
             let single = task.whole_table(t);
-            let text = match failed {
-                Some((f, why)) if f == t => single.encode_with_last_error(why),
+            let text = match why {
+                Ungroup::Failed { table, why } if table == t => single.encode_with_last_error(why),
                 _ => single.encode(),
             };
             self.settler.queue().put(&text, None).await
@@ -220,7 +214,7 @@ impl Worker {
             let _ = lease.release(delay, None).await;
             return;
         }
-        if failed.is_some() {
+        if let Ungroup::Failed { .. } = why {
             WorkerStats::add(&self.stats.tasks_retried, 1);
             self.config.metrics.failed(Kind::Backup);
         }
