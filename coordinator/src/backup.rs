@@ -297,23 +297,12 @@ async fn put_tasks(
             }
         }
     }
-    if let Some(first) = whole_tables.first() {
-        let model = task_message(
-            job,
-            &location.container,
-            &first.table,
-            &PlannedTask {
-                task: first.task.clone(),
-                range: KeyRange::all(),
-            },
-        );
-        let size = group_size(whole_tables.len());
-        tasks.extend(
-            whole_tables
-                .chunks(size)
-                .filter_map(|group| model.for_tables(group)),
-        );
-    }
+    let size = group_size(whole_tables.len());
+    tasks.extend(
+        whole_tables.chunks(size).filter_map(|group| {
+            TaskMessage::for_tables(&location.container, &job.backup_id, group)
+        }),
+    );
     let id = &job.backup_id;
     let next = format!(
         "backup {id} is saved; queue the rest and finish it with `tablevault status {id} --wait`"

@@ -14,9 +14,7 @@ use support::{backup_of, store, target, watch_opts, worker_config};
 use tablevault_azure::blob::BlobClient;
 use tablevault_azure::queue::QueueClient;
 use tablevault_azure::table::Entity;
-use tablevault_coordinator::backup::{
-    StatusOptions, enqueue, plan, run_backup, status, task_message,
-};
+use tablevault_coordinator::backup::{StatusOptions, enqueue, plan, run_backup, status};
 use tablevault_coordinator::location::Backends;
 use tablevault_coordinator::state::load_manifest;
 use tablevault_coordinator::{Location, WatchOptions};
@@ -253,7 +251,7 @@ async fn a_worker_killed_at_any_step_loses_nothing() {
 /// complete and exact with nothing left on the queue.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_worker_killed_at_any_step_of_a_group_of_tables_loses_nothing() {
-    use tablevault_core::protocol::WholeTable;
+    use tablevault_core::protocol::{TaskMessage, WholeTable};
     use tablevault_core::store::BackupPaths;
     let env = TestEnv::start().await;
     let client = tablevault_azure::table::TableClient::new(&env.account).unwrap();
@@ -282,10 +280,7 @@ async fn a_worker_killed_at_any_step_of_a_group_of_tables_loses_nothing() {
                     task: p.tasks[0].task.clone(),
                 })
                 .collect();
-            let first = &job.tables[0];
-            let group = task_message(&job, &t.container, &first.name, &first.tasks[0])
-                .for_tables(&whole)
-                .unwrap();
+            let group = TaskMessage::for_tables(&t.container, &job.backup_id, &whole).unwrap();
             t.task_queue()
                 .unwrap()
                 .put(&group.encode(), None)

@@ -126,7 +126,9 @@ impl Worker {
                     // Not the tables' fault: hand back those not finished, as a group
                     // with all its deliveries.
                     let receipt = lease.stop().await;
-                    if let Some(unfinished) = task.for_tables(&tables[i..end]) {
+                    if let Some(unfinished) =
+                        TaskMessage::for_tables(&task.container, &task.job, &tables[i..end])
+                    {
                         let again = ReceivedMessage {
                             text: unfinished.encode(),
                             ..message.clone()
@@ -158,7 +160,7 @@ impl Worker {
 
     /// Puts `rest` on the queue as one message for other workers; whether it landed.
     async fn hand_on(&self, task: &TaskMessage, rest: &[WholeTable]) -> bool {
-        let Some(message) = task.for_tables(rest) else {
+        let Some(message) = TaskMessage::for_tables(&task.container, &task.job, rest) else {
             return false;
         };
         match self.settler.queue().put(&message.encode(), None).await {
@@ -200,7 +202,7 @@ impl Worker {
             {
                 return Ok(());
             }
-            let single = task.whole_table(t);
+            let single = TaskMessage::whole_table(&task.container, &task.job, t);
             let text = match why {
                 Ungroup::Failed { table, why } if table == t => single.encode_with_last_error(why),
                 _ => single.encode(),
@@ -228,7 +230,7 @@ impl Worker {
 mod tests {
     use std::sync::Arc;
 
-    use tablevault_core::protocol::{PROTOCOL_VERSION, TaskKind, last_error};
+    use tablevault_core::protocol::last_error;
     use tablevault_core::queue::TaskQueue;
     use tablevault_core::testing::{MemoryBlobs, empty_commit};
 
@@ -265,18 +267,6 @@ mod tests {
             )
             .await
             .unwrap();
-        let model = TaskMessage {
-            v: PROTOCOL_VERSION,
-            container: "c".into(),
-            job: JOB.into(),
-            table: "Aaa".into(),
-            task: "r0000".into(),
-            kind: TaskKind::Backup {
-                range: KeyRange::all(),
-                ceiling: None,
-                estimate: None,
-            },
-        };
         let group: Vec<WholeTable> = names
             .iter()
             .map(|n| WholeTable {
@@ -284,7 +274,7 @@ mod tests {
                 task: "r0000".into(),
             })
             .collect();
-        model.for_tables(&group).unwrap()
+        TaskMessage::for_tables("c", JOB, &group).unwrap()
     }
 
     /// A group that comes back (its worker died mid-group) is not run again as a whole:
@@ -314,14 +304,22 @@ mod tests {
         assert_eq!(
             left,
             vec![
-                group.whole_table(&WholeTable {
-                    table: "Bbb".into(),
-                    task: "r0000".into()
-                }),
-                group.whole_table(&WholeTable {
-                    table: "Ccc".into(),
-                    task: "r0000".into()
-                }),
+                TaskMessage::whole_table(
+                    "c",
+                    JOB,
+                    &WholeTable {
+                        table: "Bbb".into(),
+                        task: "r0000".into()
+                    }
+                ),
+                TaskMessage::whole_table(
+                    "c",
+                    JOB,
+                    &WholeTable {
+                        table: "Ccc".into(),
+                        task: "r0000".into()
+                    }
+                ),
             ],
             "the committed table is dropped, the others are single tasks, the group is gone"
         );

@@ -94,12 +94,12 @@ impl TaskMessage {
         }
     }
 
-    /// The message of one whole-table task of this message's job.
-    pub fn whole_table(&self, table: &WholeTable) -> TaskMessage {
+    /// The message of one whole-table task of backup `job` in `container`.
+    pub fn whole_table(container: &str, job: &str, table: &WholeTable) -> TaskMessage {
         TaskMessage {
             v: PROTOCOL_VERSION,
-            container: self.container.clone(),
-            job: self.job.clone(),
+            container: container.to_string(),
+            job: job.to_string(),
             table: table.table.clone(),
             task: table.task.clone(),
             kind: TaskKind::Backup {
@@ -110,19 +110,17 @@ impl TaskMessage {
         }
     }
 
-    /// The message for `tables` of this message's job: one task, or a group of them.
-    /// `None` for no table.
-    pub fn for_tables(&self, tables: &[WholeTable]) -> Option<TaskMessage> {
+    /// The message for `tables` of backup `job` in `container`: one task, or a group of
+    /// them. `None` for no table.
+    pub fn for_tables(container: &str, job: &str, tables: &[WholeTable]) -> Option<TaskMessage> {
         match tables {
             [] => None,
-            [one] => Some(self.whole_table(one)),
+            [one] => Some(Self::whole_table(container, job, one)),
             [first, ..] => Some(TaskMessage {
-                table: first.table.clone(),
-                task: first.task.clone(),
                 kind: TaskKind::Tables {
                     tables: tables.to_vec(),
                 },
-                ..self.whole_table(first)
+                ..Self::whole_table(container, job, first)
             }),
         }
     }
@@ -335,8 +333,9 @@ mod tests {
                 task: format!("r{i:04}"),
             })
             .collect();
-        assert_eq!(one.for_tables(&[]), None);
-        let single = one.for_tables(&tables[1..2]).unwrap();
+        let tables_of = |t: &[WholeTable]| TaskMessage::for_tables(&one.container, &one.job, t);
+        assert_eq!(tables_of(&[]), None);
+        let single = tables_of(&tables[1..2]).unwrap();
         assert_eq!(
             (single.table.as_str(), single.task.as_str()),
             ("Bbb", "r0001")
@@ -344,7 +343,7 @@ mod tests {
         assert!(
             matches!(&single.kind, TaskKind::Backup { range, .. } if *range == KeyRange::all())
         );
-        let group = one.for_tables(&tables).unwrap();
+        let group = tables_of(&tables).unwrap();
         assert_eq!(
             (group.table.as_str(), group.task.as_str()),
             ("Aaa", "r0000")
