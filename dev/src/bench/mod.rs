@@ -9,6 +9,7 @@ mod backup;
 mod restore;
 mod shapes;
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::Instant;
@@ -80,15 +81,18 @@ pub struct ScanResult {
     pub entities_per_second: f64,
     /// Response MB (10^6 bytes) per second.
     pub mb_per_second: f64,
+    /// Query Entities requests (pages) it took.
+    pub queries: u64,
 }
 
 /// Scans the whole table sequentially with the project's client.
 pub async fn measure_scan(client: &TableClient, table: &str) -> anyhow::Result<ScanResult> {
     let started = Instant::now();
-    let (mut entities, mut bytes) = (0u64, 0u64);
+    let (mut entities, mut bytes, mut queries) = (0u64, 0u64, 0u64);
     let mut pages = client.pages(table, Query::scan(None));
     while let Some(page) = pages.next_page().await {
         let page = page?;
+        queries += 1;
         entities += page.entities.len() as u64;
         bytes += page.response_bytes as u64;
     }
@@ -98,6 +102,7 @@ pub async fn measure_scan(client: &TableClient, table: &str) -> anyhow::Result<S
         seconds,
         entities_per_second: entities as f64 / seconds,
         mb_per_second: bytes as f64 / 1e6 / seconds,
+        queries,
     })
 }
 
@@ -123,14 +128,45 @@ impl<'a> Tablevault<'a> {
 
     /// Runs a command with `--json` and returns its report (which must say `complete`).
     async fn run(&self, args: &[&str]) -> anyhow::Result<serde_json::Value> {
+        Ok(self.run_logged(args, None).await?.0)
+    }
+
+    /// Runs a command as [`Tablevault::run`] does, with the requests it sent to the
+    /// emulator counted by operation (`Query Entities`, `Put Blob`, …), from its
+    /// request log (JSON lines at debug level for the request pipeline only, so the
+    /// logging costs a line per request).
+    async fn run_counted(
+        &self,
+        args: &[&str],
+    ) -> anyhow::Result<(serde_json::Value, BTreeMap<String, u64>)> {
+        let (report, stderr) = self
+            .run_logged(args, Some("warn,tablevault_azure::pipeline=debug"))
+            .await?;
+        Ok((report, requests_by_op(&stderr)))
+    }
+
+    /// Runs a command with `--json`; with `log`, with that `RUST_LOG` and JSON log lines.
+    /// Returns its report and its stderr.
+    async fn run_logged(
+        &self,
+        args: &[&str],
+        log: Option<&str>,
+    ) -> anyhow::Result<(serde_json::Value, Vec<u8>)> {
         let conn = self.azurite.connection_string();
-        let out = tokio::process::Command::new(&self.exe)
+        let mut command = tokio::process::Command::new(&self.exe);
+        command
             .args(args)
             .arg("--json")
             .env("TABLEVAULT_SOURCE", &conn)
             .env("TABLEVAULT_BACKUP", &conn)
             .env("TABLEVAULT_TARGET", &conn)
-            .stdin(Stdio::null())
+            .stdin(Stdio::null());
+        if let Some(filter) = log {
+            command
+                .args(["--log-format", "json"])
+                .env("RUST_LOG", filter);
+        }
+        let out = command
             .output()
             .await
             .with_context(|| format!("cannot run {}", self.exe.display()))?;
@@ -156,8 +192,26 @@ impl<'a> Tablevault<'a> {
         if report["status"] != "complete" {
             bail!("{} did not complete: {report}", args[0]);
         }
-        Ok(report)
+        Ok((report, out.stderr))
     }
+}
+
+/// Requests by operation in a JSON request log (the pipeline's `request` events; every
+/// attempt of a retried request counts, as the service served it).
+fn requests_by_op(log: &[u8]) -> BTreeMap<String, u64> {
+    let mut counts = BTreeMap::new();
+    for line in log.split(|&b| b == b'\n') {
+        let Ok(event) = serde_json::from_slice::<serde_json::Value>(line) else {
+            continue;
+        };
+        let fields = &event["fields"];
+        if fields["message"] == "request"
+            && let Some(op) = fields["op"].as_str()
+        {
+            *counts.entry(op.to_string()).or_insert(0) += 1;
+        }
+    }
+    counts
 }
 
 /// The numbers of one child run: entities, seconds, peak RSS.
@@ -178,5 +232,25 @@ impl ChildRun {
 
     fn rate(&self) -> f64 {
         self.entities as f64 / self.seconds
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::requests_by_op;
+
+    #[test]
+    fn requests_are_counted_by_operation_from_a_json_log() {
+        let log = br#"{"timestamp":"t","level":"DEBUG","fields":{"message":"request","op":"Query Entities","method":"GET","path":"/t()"}}
+{"timestamp":"t","level":"DEBUG","fields":{"message":"response","op":"Query Entities","status":200}}
+{"timestamp":"t","level":"DEBUG","fields":{"message":"request","op":"Query Entities","method":"GET","path":"/t()"}}
+not json
+{"timestamp":"t","level":"WARN","fields":{"message":"request","op":"Put Blob"}}
+{"timestamp":"t","level":"DEBUG","fields":{"message":"request"}}
+"#;
+        let counts = requests_by_op(log);
+        assert_eq!(counts.get("Query Entities"), Some(&2));
+        assert_eq!(counts.get("Put Blob"), Some(&1));
+        assert_eq!(counts.len(), 2);
     }
 }

@@ -7,6 +7,7 @@
 //! by side in one run; with `--runs N`, each scan and backup N times on the same loaded
 //! data (variants interleaved), reporting the median run.
 
+use std::collections::BTreeMap;
 use std::time::Instant;
 
 use anyhow::bail;
@@ -89,6 +90,12 @@ pub struct ShapeRun {
     pub blob_cpu_seconds: Option<f64>,
     /// CPU seconds its Queue process spent on the backup (the scan costs it nothing).
     pub queue_cpu_seconds: Option<f64>,
+    /// Query Entities requests (pages) the scan sent.
+    pub scan_queries: u64,
+    /// Query Entities requests the backup sent: pages and probes, retries included.
+    pub queries: u64,
+    /// Every request the backup sent, by operation.
+    pub requests: BTreeMap<String, u64>,
     /// Runs of this backup (and of the scan) the median was taken over.
     pub runs: usize,
 }
@@ -270,7 +277,7 @@ async fn backup(
         args.extend(["--ranges", "8", "--no-split"]);
     }
     let cpu_before = tv.azurite.cpu_seconds();
-    let report = tv.run(&args).await?;
+    let (report, requests) = tv.run_counted(&args).await?;
     let cpu = cpu_before
         .zip(tv.azurite.cpu_seconds())
         .filter(|(b, a)| b.len() == 3 && a.len() == 3)
@@ -309,6 +316,9 @@ async fn backup(
         table_cpu_seconds: cpu.map(|c| c[2]),
         blob_cpu_seconds: cpu.map(|c| c[0]),
         queue_cpu_seconds: cpu.map(|c| c[1]),
+        scan_queries: 0,
+        queries: requests.get("Query Entities").copied().unwrap_or(0),
+        requests,
         runs: 1,
     })
 }
@@ -356,13 +366,17 @@ pub async fn run_shape_bench(opts: &ShapeOptions) -> anyhow::Result<()> {
         // The baseline: one connection reading every table from start to end.
         let mut scan_rates = Vec::new();
         let mut scan_cpu = Vec::new();
+        let mut scan_queries = 0;
         for _ in 0..opts.runs.max(1) {
             let cpu_before = azurite.cpu_seconds();
             let started = Instant::now();
-            let mut scanned = 0;
+            let (mut scanned, mut queries) = (0, 0);
             for table in &tables {
-                scanned += measure_scan(&client, table).await?.entities;
+                let scan = measure_scan(&client, table).await?;
+                scanned += scan.entities;
+                queries += scan.queries;
             }
+            scan_queries = queries;
             scan_rates.push(scanned as f64 / started.elapsed().as_secs_f64());
             if let Some((b, a)) = cpu_before.zip(azurite.cpu_seconds()) {
                 scan_cpu.extend(b.last().zip(a.last()).map(|(b, a)| a - b));
@@ -388,16 +402,19 @@ pub async fn run_shape_bench(opts: &ShapeOptions) -> anyhow::Result<()> {
         for mut run in by_variant.into_iter().filter_map(median_run) {
             run.sdk_entities_per_second = sdk_eps;
             run.scan_table_cpu_seconds = scan_cpu;
+            run.scan_queries = scan_queries;
             run.ratio_to_sdk = sdk_eps.map(|s| run.entities_per_second / s);
             if !opts.json {
                 eprintln!(
-                    "  {:>6}: {:.0} entities/s ({:.2}x scan), planning {:.2} s, {} tasks, largest {:.1}% (median of {})",
+                    "  {:>6}: {:.0} entities/s ({:.2}x scan), planning {:.2} s, {} tasks, largest {:.1}%, {} queries (scan {}) (median of {})",
                     run.planning,
                     run.entities_per_second,
                     run.ratio_to_scan,
                     run.planning_seconds,
                     run.tasks,
                     run.largest_task_share * 100.0,
+                    run.queries,
+                    run.scan_queries,
                     run.runs
                 );
             }
@@ -409,13 +426,18 @@ pub async fn run_shape_bench(opts: &ShapeOptions) -> anyhow::Result<()> {
         return Ok(());
     }
     println!(
-        "\n| table shape | planning | scan e/s | SDK export e/s | backup e/s | vs scan | vs SDK | planning s (share) | tasks | largest task | largest / mean | peak RSS | table CPU s, scan / backup | blob / queue CPU s |"
+        "\n| table shape | planning | scan e/s | SDK export e/s | backup e/s | vs scan | vs SDK | planning s (share) | tasks | largest task | largest / mean | peak RSS | table CPU s, scan / backup | blob / queue CPU s | queries, scan / backup | table CPU ms per query, scan / backup |"
     );
-    println!("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    println!("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     let seconds = |s: Option<f64>| s.map_or("-".to_string(), |s| format!("{s:.2}"));
+    // What one query cost the emulator's Table process, on average.
+    let per_query = |s: Option<f64>, queries: u64| match s {
+        Some(s) if queries > 0 => format!("{:.1}", s * 1000.0 / queries as f64),
+        _ => "-".to_string(),
+    };
     for r in &runs {
         println!(
-            "| {} | {} | {:.0} | {} | {:.0} | {:.2}x | {} | {:.2} ({:.1}%) | {} | {:.1}% | {:.2} | {} | {} / {} | {} / {} |",
+            "| {} | {} | {:.0} | {} | {:.0} | {:.2}x | {} | {:.2} ({:.1}%) | {} | {:.1}% | {:.2} | {} | {} / {} | {} / {} | {} / {} | {} / {} |",
             r.shape,
             r.planning,
             r.scan_entities_per_second,
@@ -435,6 +457,10 @@ pub async fn run_shape_bench(opts: &ShapeOptions) -> anyhow::Result<()> {
             seconds(r.table_cpu_seconds),
             seconds(r.blob_cpu_seconds),
             seconds(r.queue_cpu_seconds),
+            r.scan_queries,
+            r.queries,
+            per_query(r.scan_table_cpu_seconds, r.scan_queries),
+            per_query(r.table_cpu_seconds, r.queries),
         );
     }
     Ok(())
@@ -505,6 +531,9 @@ mod tests {
             table_cpu_seconds: None,
             blob_cpu_seconds: None,
             queue_cpu_seconds: None,
+            scan_queries: 0,
+            queries: 0,
+            requests: BTreeMap::new(),
             runs: 1,
         };
         let m = median_run(vec![run(30.0), run(10.0), run(20.0)]).unwrap();
