@@ -47,6 +47,7 @@ const SHAPES: &[&str] = &[
     "zipf",
     "one-partition",
     "tenants",
+    "cyrillic",
     "small-tables",
 ];
 
@@ -140,6 +141,9 @@ fn shaped(shape: &str, i: u64, n: u64, small_tables: u64) -> (u64, Entity) {
             };
             (0, pk, format!("order-{i:010}"))
         }
+        // Names in another script than ASCII: Cyrillic words of four to eight letters,
+        // ten entities each.
+        "cyrillic" => (0, cyrillic_word(i / 10), format!("order-{i:010}")),
         _ => {
             let per = n.div_ceil(small_tables.max(1));
             (
@@ -152,6 +156,22 @@ fn shaped(shape: &str, i: u64, n: u64, small_tables: u64) -> (u64, Entity) {
     e.partition_key = pk;
     e.row_key = rk;
     (table, e)
+}
+
+/// A pseudo-random lower-case Cyrillic word (`а`-`я`) of four to eight letters for
+/// partition `p`.
+fn cyrillic_word(p: u64) -> String {
+    let mut h = (p as u128).wrapping_mul(0x9E37_79B9_7F4A_7C15_F39C_C060_5CED_C835) >> 64;
+    let len = 4 + (h % 5) as usize;
+    (0..len)
+        .map(|_| {
+            h = h
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407)
+                & u128::from(u64::MAX);
+            char::from_u32(0x430 + ((h >> 33) % 32) as u32).expect("a Cyrillic letter")
+        })
+        .collect()
 }
 
 /// The partition rank of entity `i` of `n` when partition sizes follow 1/rank over
@@ -543,6 +563,20 @@ mod tests {
         assert!(median_run(Vec::new()).is_none());
         assert_eq!(median(vec![3.0, 1.0, 2.0]), 2.0);
         assert!(median(Vec::new()).is_nan());
+    }
+
+    #[test]
+    fn cyrillic_names_are_cyrillic_words_of_four_to_eight_letters() {
+        let words: std::collections::BTreeSet<String> = (0..2_000).map(cyrillic_word).collect();
+        assert!(words.len() > 1_900, "{} distinct of 2,000", words.len());
+        for w in &words {
+            let n = w.chars().count();
+            assert!((4..=8).contains(&n), "{w}");
+            assert!(w.chars().all(|c| ('а'..='я').contains(&c)), "{w}");
+        }
+        let first: std::collections::BTreeSet<char> =
+            words.iter().filter_map(|w| w.chars().next()).collect();
+        assert_eq!(first.len(), 32, "every letter begins some word");
     }
 
     #[test]

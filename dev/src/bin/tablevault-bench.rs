@@ -26,7 +26,7 @@ enum Bench {
     /// ceiling.
     Restore(Common),
     /// Backup speed by key shape (sequential, GUID, Zipf, one partition, two tenants,
-    /// many small tables) next to a sequential single-connection scan of the same data.
+    /// Cyrillic names, many small tables) next to a sequential single-connection scan of the same data.
     Shapes(Shapes),
     /// Backup and restore against a model of Azure's published limits (2,000 entities/s
     /// per partition, 20,000/s per account, 503 beyond), in virtual time.
@@ -149,7 +149,8 @@ struct Shapes {
     /// Tables of the many-small-tables shape.
     #[arg(long, default_value_t = 200)]
     small_tables: u64,
-    /// Only these shapes (sequential, guid, zipf, one-partition, tenants, small-tables).
+    /// Only these shapes (sequential, guid, zipf, one-partition, tenants, cyrillic,
+    /// small-tables).
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
     /// Also back up with the old planning (8 probed ranges, no splitting) in the same run.
