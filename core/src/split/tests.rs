@@ -1585,8 +1585,9 @@ fn backup_model(t: &Sorted, workers: usize) -> (Vec<usize>, usize) {
 /// emulator, and a first backup's probes were what made it slower than a plain scan
 /// there: 68 to 139 in this model for two tenants, 82 for Zipf sizes.
 /// Two tenants either way round and in one or two scripts, Zipf-like partition sizes,
-/// sequential, GUID and one-partition keys, keys from every region and keys sharing a
-/// prefix; 50,000 entities each (GUID 20,000).
+/// sequential, GUID and one-partition keys, keys from every region, keys sharing a
+/// prefix, and names in Cyrillic, Greek and accented Latin letters; 50,000 entities
+/// each (GUID 20,000).
 const MODEL_PROBES: usize = 60;
 
 #[test]
@@ -1629,6 +1630,9 @@ fn four_workers_share_every_shape() {
             shared_prefix_then_every_region(50_000),
             2.0,
         ),
+        ("Cyrillic names", names_in(0x430, 32, 50_000), 2.0),
+        ("Greek names", names_in(0x3B1, 25, 50_000), 2.0),
+        ("accented Latin names", names_in(0xE0, 31, 50_000), 2.0),
     ] {
         let (tasks, probes) = backup_model(&t, 4);
         let total: usize = tasks.iter().sum();
@@ -1653,6 +1657,29 @@ fn four_workers_share_every_shape() {
             "{name}: the largest task read {over_mean:.2} times the mean ({tasks:?})"
         );
     }
+}
+
+/// About `n` entities under PartitionKeys of three to eight letters drawn from the
+/// `letters` units above `first` (one small alphabet: Cyrillic, Greek, accented Latin),
+/// 1-20 rows each, from a fixed seed.
+fn names_in(first: u32, letters: u32, n: usize) -> Sorted {
+    let mut x: u64 = u64::from(first);
+    let mut next = |n: u64| {
+        x = x
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        (x >> 33) % n
+    };
+    let mut keys = Vec::new();
+    while keys.len() < n {
+        let pk: String = (0..3 + next(6))
+            .map(|_| char::from_u32(first + next(u64::from(letters)) as u32).expect("a letter"))
+            .collect();
+        for r in 0..1 + next(20) {
+            keys.push(EntityKey::new(pk.clone(), format!("{r:04}")));
+        }
+    }
+    Sorted::new(keys)
 }
 
 /// `n` entities under GUID PartitionKeys whose sizes follow 1/rank over `n / 100`
