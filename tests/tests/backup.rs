@@ -362,8 +362,8 @@ async fn load_entity_keys(
 /// from the whole alphabet: many partitions of random keys, one partition of random
 /// RowKeys, keys that share a prefix and differ in astral or top-of-BMP units, a
 /// small tenant and a large one under random prefixes (so in either order, in one
-/// character region or two), and names in one small alphabet (Cyrillic, Greek,
-/// accented Latin, Armenian, Hebrew). Each backup is exact, its ranges tile the
+/// character region or two), and names in one script (Cyrillic, Greek, accented
+/// Latin, Armenian, Hebrew, CJK, Hangul). Each backup is exact, its ranges tile the
 /// key space, and no task of a first backup read three quarters of the table. Seeds:
 /// `TABLEVAULT_SPLIT_SEEDS` of them (default 1), from `TABLEVAULT_SPLIT_SEED_FROM`
 /// (default 0).
@@ -418,8 +418,9 @@ async fn splits_tile_tables_whose_keys_come_from_the_whole_alphabet() {
             })
             .collect();
         shapes.push(("Tenants", keys));
-        // Names in one small alphabet (Cyrillic upper and lower case, Greek, accented
-        // Latin, Armenian, Hebrew), 1-20 rows each: splits measure them in its letters.
+        // Names in one script (Cyrillic upper and lower case, Greek, accented Latin,
+        // Armenian, Hebrew, CJK, Hangul), 1-20 rows each: splits measure them in its
+        // letters.
         // 6,000 entities: measured from the first page's keys, which seldom hold an
         // alphabet's last letters, the rest of 3,500 can be estimated under the 2,000
         // worth a split, and one task then reads all four pages.
@@ -429,7 +430,9 @@ async fn splits_tile_tables_whose_keys_come_from_the_whole_alphabet() {
             (0xC0, 63),
             (0x561, 38),
             (0x5D0, 27),
-        ][rng.random_range(0..5)];
+            (0x4E00, 20_992),
+            (0xAC00, 11_172),
+        ][rng.random_range(0..7)];
         let mut keys = Vec::new();
         while keys.len() < 6000 {
             let pk: String = (0..rng.random_range(3..=8))

@@ -93,17 +93,19 @@ fn is_script(u: u16) -> bool {
     u > 0xA0 && !(0xD800..=0xDFFF).contains(&u)
 }
 
-/// The letters of the small alphabet the keys' non-ASCII units are written in
-/// (Cyrillic, Greek, accented Latin), when they are: three or more units, each less
-/// than [`LETTER_GAP`] above the one before, spanning at most [`MAX_LETTERS`]; then
-/// every unit of their span, widened by their mean spacing for letters not seen yet.
+/// The letters of the script the keys' non-ASCII units are written in, when they are
+/// (three or more units): for ideographs and syllables (all in one of
+/// [`LARGE_SCRIPTS`]), [`MAX_LETTERS`] units spread evenly over the block; for a small
+/// alphabet (Cyrillic, Greek, accented Latin), units each less than [`LETTER_GAP`] above
+/// the one before, every unit of their span, widened for letters not seen yet.
 /// The dense alphabet has one anchor for all of them, so every key from `а` to `я` read
 /// as the same place, no density was measured, and the first backup of a table of
 /// Cyrillic names was cut page after page by probes alone, in tasks of about 1,000
 /// entities (20,000 entities: 167 queries for 20 pages, at 0.86x the Python SDK's
-/// export). Units far apart (CJK, Hangul, or a few scattered ones) are left to the
-/// anchors: a space spanned between them holds mostly units no key uses, and cuts
-/// placed by value there fall where no key lies.
+/// export; in the split model, 193 probes for Hangul names). Other units far apart (a
+/// few scattered ones, or several scripts mixed) are left to the anchors: a space
+/// spanned between them holds mostly units no key uses, and cuts placed by value there
+/// fall where no key lies.
 fn script_letters(units: &[u16]) -> Vec<u16> {
     let mut seen: Vec<u16> = units.iter().copied().filter(|&u| is_script(u)).collect();
     seen.sort_unstable();
@@ -111,7 +113,19 @@ fn script_letters(units: &[u16]) -> Vec<u16> {
     // One alphabet: three or more units, each less than LETTER_GAP above the one
     // before. Units of several scripts mixed in the keys (keys of every region) are no
     // alphabet: a density read in one of them says nothing of the space between.
-    let one_run = seen.len() >= MIN_LETTERS && seen.windows(2).all(|w| w[1] - w[0] < LETTER_GAP);
+    if seen.len() < MIN_LETTERS {
+        return Vec::new();
+    }
+    // Ideographs and syllables: all in one large block, whose characters keys of such
+    // names spread over; it is sampled evenly.
+    if let Some(&(first, last)) = LARGE_SCRIPTS
+        .iter()
+        .find(|(first, last)| seen.iter().all(|u| (*first..=*last).contains(u)))
+    {
+        let step = usize::from(last - first).div_ceil(MAX_LETTERS);
+        return (first..=last).step_by(step).collect();
+    }
+    let one_run = seen.windows(2).all(|w| w[1] - w[0] < LETTER_GAP);
     if !one_run {
         return Vec::new();
     }
@@ -136,6 +150,10 @@ fn script_letters(units: &[u16]) -> Vec<u16> {
 /// of it fit in a u64. Small alphabets have far fewer (Cyrillic upper and lower case:
 /// 64).
 const MAX_LETTERS: usize = 256;
+
+/// Blocks of thousands of characters that keys in one script spread over: CJK unified
+/// ideographs, Hangul syllables.
+const LARGE_SCRIPTS: [(u16, u16); 2] = [(0x4E00, 0x9FFF), (0xAC00, 0xD7A3)];
 
 /// Fewest units [`script_letters`] widens a run of letters by at either end.
 const LETTER_REACH: u16 = 8;
@@ -435,12 +453,29 @@ mod tests {
         // Two units, CJK far apart, scripts mixed, surrogates (astral characters).
         for keys in [
             vec!["ab\u{FF01}\u{FFFD}"],
-            vec!["\u{4E05}\u{6A00}\u{9C20}"],
+            vec!["\u{4E05}\u{6A00}\u{AC20}"],
             vec!["Çä\u{4E00}\u{E005}"],
             vec!["😀😁😂"],
             vec!["plain ascii"],
         ] {
             assert!(script_letters(&units(&keys)).is_empty(), "{keys:?}");
+        }
+    }
+
+    #[test]
+    fn ideographs_and_syllables_sample_their_whole_block() {
+        for (keys, block) in [
+            (["東京都", "大阪府"], LARGE_SCRIPTS[0]),
+            (["서울", "부산광역"], LARGE_SCRIPTS[1]),
+        ] {
+            let letters = script_letters(&units(&keys));
+            assert_eq!(letters.first(), Some(&block.0));
+            assert!(
+                letters
+                    .last()
+                    .is_some_and(|&u| u > block.1 - 128 && u <= block.1)
+            );
+            assert!(letters.len() <= MAX_LETTERS + 1, "{}", letters.len());
         }
     }
 

@@ -1586,8 +1586,8 @@ fn backup_model(t: &Sorted, workers: usize) -> (Vec<usize>, usize) {
 /// there: 68 to 139 in this model for two tenants, 82 for Zipf sizes.
 /// Two tenants either way round and in one or two scripts, Zipf-like partition sizes,
 /// sequential, GUID and one-partition keys, keys from every region, keys sharing a
-/// prefix, and names in Cyrillic, Greek and accented Latin letters; 50,000 entities
-/// each (GUID 20,000).
+/// prefix, names in Cyrillic, Greek, accented Latin, CJK and Hangul, and tenants
+/// under CJK and Hangul prefixes; 50,000 entities each (GUID 20,000).
 const MODEL_PROBES: usize = 60;
 
 #[test]
@@ -1633,6 +1633,10 @@ fn four_workers_share_every_shape() {
         ("Cyrillic names", names_in(0x430, 32, 50_000), 2.0),
         ("Greek names", names_in(0x3B1, 25, 50_000), 2.0),
         ("accented Latin names", names_in(0xE0, 31, 50_000), 2.0),
+        ("CJK names", names_in(0x4E00, 20_992, 50_000), 2.0),
+        ("Hangul names", names_in(0xAC00, 11_172, 50_000), 2.0),
+        ("CJK tenants", tenants("東京都", "大阪府"), 2.0),
+        ("Hangul tenants", tenants("서울", "부산광역"), 2.0),
     ] {
         let (tasks, probes) = backup_model(&t, 4);
         let total: usize = tasks.iter().sum();
@@ -1660,7 +1664,8 @@ fn four_workers_share_every_shape() {
 }
 
 /// About `n` entities under PartitionKeys of three to eight letters drawn from the
-/// `letters` units above `first` (one small alphabet: Cyrillic, Greek, accented Latin),
+/// `letters` units from `first` (one script: Cyrillic, Greek, accented Latin, CJK,
+/// Hangul),
 /// 1-20 rows each, from a fixed seed.
 fn names_in(first: u32, letters: u32, n: usize) -> Sorted {
     let mut x: u64 = u64::from(first);
