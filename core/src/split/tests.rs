@@ -1128,17 +1128,23 @@ proptest! {
     }
 }
 
-/// `n` entities or a few more under PartitionKeys of one to five units drawn from
-/// printable ASCII, Latin-1, CJK, private use, the top of the BMP and astral planes
-/// (1-120 rows each), from a fixed seed.
-fn keys_of_every_region(n: usize) -> Sorted {
-    let mut x: u64 = 12345;
-    let mut next = |n: u64| {
+/// A pseudo-random draw below its argument, from a linear congruential generator seeded
+/// with `seed`: the model's key shapes are fixed by their seeds.
+fn below(seed: u64) -> impl FnMut(u64) -> u64 {
+    let mut x = seed;
+    move |n: u64| {
         x = x
             .wrapping_mul(6_364_136_223_846_793_005)
             .wrapping_add(1_442_695_040_888_963_407);
         (x >> 33) % n
-    };
+    }
+}
+
+/// `n` entities or a few more under PartitionKeys of one to five units drawn from
+/// printable ASCII, Latin-1, CJK, private use, the top of the BMP and astral planes
+/// (1-120 rows each), from a fixed seed.
+fn keys_of_every_region(n: usize) -> Sorted {
+    let mut next = below(12345);
     let mut keys = Vec::new();
     while keys.len() < n {
         let pk: String = (0..1 + next(5))
@@ -1155,13 +1161,7 @@ fn keys_of_every_region(n: usize) -> Sorted {
 /// up to three units, ASCII or not (`z`, `~`, U+FF01, U+FFFD, astral ones), 1,000
 /// RowKeys each at most, from a fixed seed.
 fn shared_prefix_then_every_region(n: u64) -> Sorted {
-    let mut x: u64 = 777;
-    let mut next = |n: u64| {
-        x = x
-            .wrapping_mul(6_364_136_223_846_793_005)
-            .wrapping_add(1_442_695_040_888_963_407);
-        (x >> 33) % n
-    };
+    let mut next = below(777);
     let units = ['\u{FF01}', '\u{FFFD}', '\u{1F600}', '\u{10000}', 'z', '~'];
     Sorted::new(
         (0..n)
@@ -1665,16 +1665,9 @@ fn four_workers_share_every_shape() {
 
 /// About `n` entities under PartitionKeys of three to eight letters drawn from the
 /// `letters` units from `first` (one script: Cyrillic, Greek, accented Latin, CJK,
-/// Hangul),
-/// 1-20 rows each, from a fixed seed.
+/// Hangul), 1-20 rows each, from a fixed seed.
 fn names_in(first: u32, letters: u32, n: usize) -> Sorted {
-    let mut x: u64 = u64::from(first);
-    let mut next = |n: u64| {
-        x = x
-            .wrapping_mul(6_364_136_223_846_793_005)
-            .wrapping_add(1_442_695_040_888_963_407);
-        (x >> 33) % n
-    };
+    let mut next = below(u64::from(first));
     let mut keys = Vec::new();
     while keys.len() < n {
         let pk: String = (0..3 + next(6))
