@@ -110,9 +110,6 @@ fn script_letters(units: &[u16]) -> Vec<u16> {
     let mut seen: Vec<u16> = units.iter().copied().filter(|&u| is_script(u)).collect();
     seen.sort_unstable();
     seen.dedup();
-    // One alphabet: three or more units, each less than LETTER_GAP above the one
-    // before. Units of several scripts mixed in the keys (keys of every region) are no
-    // alphabet: a density read in one of them says nothing of the space between.
     if seen.len() < MIN_LETTERS {
         return Vec::new();
     }
@@ -125,6 +122,9 @@ fn script_letters(units: &[u16]) -> Vec<u16> {
         let step = usize::from(last - first).div_ceil(MAX_LETTERS);
         return (first..=last).step_by(step).collect();
     }
+    // One alphabet: each unit less than LETTER_GAP above the one before. Units of
+    // several scripts mixed in the keys (keys of every region) are no alphabet: a
+    // density read in one of them says nothing of the space between.
     let one_run = seen.windows(2).all(|w| w[1] - w[0] < LETTER_GAP);
     if !one_run {
         return Vec::new();
@@ -145,8 +145,9 @@ fn script_letters(units: &[u16]) -> Vec<u16> {
     letters
 }
 
-/// Most letters [`script_letters`] adds: with printable ASCII, the anchors and the upper
-/// bound's unit, a local alphabet's base stays under 566, so [`FRACTION_PLACES`] places
+/// Most letters [`script_letters`] adds (a large block's sample, one more): with
+/// printable ASCII, the anchors and the upper bound's unit, a local alphabet's base
+/// stays under 566, so [`FRACTION_PLACES`] places
 /// of it fit in a u64. Small alphabets have far fewer (Cyrillic upper and lower case:
 /// 64).
 const MAX_LETTERS: usize = 256;
@@ -440,7 +441,7 @@ mod tests {
         let letters = script_letters(&units(&["бичаг", "вттго", "юъад"]));
         let (lo, hi) = (letters[0], *letters.last().unwrap());
         assert!(lo <= 0x431 && hi >= 0x44E, "{lo:#x}-{hi:#x}");
-        assert!(hi < 0x460, "widened by the mean spacing only: {hi:#x}");
+        assert!(hi < 0x460, "widened by a few letters only: {hi:#x}");
         assert_eq!(
             letters.len(),
             usize::from(hi - lo) + 1,
@@ -450,7 +451,8 @@ mod tests {
 
     #[test]
     fn scattered_or_mixed_units_are_no_alphabet() {
-        // Two units, CJK far apart, scripts mixed, surrogates (astral characters).
+        // Two units; CJK with a Hangul unit (two blocks); scripts mixed; surrogates
+        // (astral characters); none.
         for keys in [
             vec!["ab\u{FF01}\u{FFFD}"],
             vec!["\u{4E05}\u{6A00}\u{AC20}"],
