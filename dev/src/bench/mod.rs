@@ -133,15 +133,20 @@ impl<'a> Tablevault<'a> {
 
     /// Runs a command as [`Tablevault::run`] does, with the requests it sent to the
     /// emulator counted by operation (`Query Entities`, `Put Blob`, …), from its
-    /// request log (JSON lines at debug level for the request pipeline only, so the
-    /// logging costs a line per request).
+    /// request log (JSON lines at debug level for the request pipeline, so the logging
+    /// costs a line per request). A `RUST_LOG` the bench was given still applies, the
+    /// pipeline's debug events added to it, so `TABLEVAULT_BENCH_LOG` keeps what it
+    /// asked for.
     async fn run_counted(
         &self,
         args: &[&str],
     ) -> anyhow::Result<(serde_json::Value, BTreeMap<String, u64>)> {
-        let (report, stderr) = self
-            .run_logged(args, Some("warn,tablevault_azure::pipeline=debug"))
-            .await?;
+        const REQUESTS: &str = "tablevault_azure::pipeline=debug";
+        let filter = std::env::var("RUST_LOG")
+            .ok()
+            .filter(|f| !f.trim().is_empty())
+            .map_or_else(|| format!("warn,{REQUESTS}"), |f| format!("{f},{REQUESTS}"));
+        let (report, stderr) = self.run_logged(args, Some(&filter)).await?;
         Ok((report, requests_by_op(&stderr)))
     }
 
