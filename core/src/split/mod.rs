@@ -26,7 +26,10 @@ pub use share::{
     fan_out_shares,
 };
 
-use probe::{Dimension, Prober, ceiling_below, cut_value, find_ceiling, holds_value_below};
+use probe::{
+    Dimension, Prober, ceiling_below, cut_value, find_ceiling, find_ceiling_until,
+    holds_value_below,
+};
 use share::{CutShare, cut_share, fan_out, outreads};
 
 use crate::keys::{EntityKey, cmp_keys};
@@ -341,6 +344,22 @@ pub async fn find_split(
         Some(next) => {
             // Another partition follows: cut between partitions.
             let across = Dimension::Partitions { end };
+            // Partitions read so far span [first, next); the rest, [next, hi).
+            // A large partition read says nothing of how densely the partitions after
+            // it lie: the density is the rest's (Zipf-like sizes: counted in, it made
+            // the last few hundred entities look like thousands, cut into tasks of 104
+            // and 355).
+            let read_from = read.filter(|r| r.first.pk != next.pk).and_then(|r| {
+                let entities = if r.largest_partition >= LARGE_PARTITION_READ {
+                    r.entities - r.largest_partition.min(r.entities)
+                } else {
+                    r.entities
+                };
+                (entities > 0).then_some((r.first.pk.as_str(), entities))
+            });
+            let page = read
+                .and_then(|r| r.last_page)
+                .and_then(|page| page.across(&next.pk));
             // The tighter of the end and a ceiling learned above the next partition.
             let known = learned
                 .as_ref()
@@ -359,27 +378,14 @@ pub async fn find_split(
                     Some(tighter.unwrap_or(bound))
                 }
                 None => {
-                    let found = find_ceiling(&mut p, &across, &next.pk).await?;
+                    let too_small = |c: &str| {
+                        cut_share(read_from, page, Some(c), &next.pk, outweigh, task_read).is_none()
+                    };
+                    let found = find_ceiling_until(&mut p, &across, &next.pk, &too_small).await?;
                     learned = found.as_ref().map(EntityKey::partition_start);
                     found
                 }
             };
-            // Partitions read so far span [first, next); the rest, [next, hi).
-            // A large partition read says nothing of how densely the partitions after
-            // it lie: the density is the rest's (Zipf-like sizes: counted in, it made
-            // the last few hundred entities look like thousands, cut into tasks of 104
-            // and 355).
-            let read_from = read.filter(|r| r.first.pk != next.pk).and_then(|r| {
-                let entities = if r.largest_partition >= LARGE_PARTITION_READ {
-                    r.entities - r.largest_partition.min(r.entities)
-                } else {
-                    r.entities
-                };
-                (entities > 0).then_some((r.first.pk.as_str(), entities))
-            });
-            let page = read
-                .and_then(|r| r.last_page)
-                .and_then(|page| page.across(&next.pk));
             // Pieces are cut by the density read: not when most of it is one large
             // partition (with Zipf-like sizes, a large partition made the sparse ones
             // after it look as dense: ten pieces of a few hundred entities each).
@@ -415,6 +421,18 @@ pub async fn find_split(
                 partition: &after.pk,
                 below,
             };
+            // Inside one partition, the density is known if the read began in it, or
+            // from what was read of it.
+            let read_from = read.and_then(|r| {
+                if r.first.pk == after.pk {
+                    Some((r.first.rk.as_str(), r.entities))
+                } else {
+                    r.partition.map(|p| (p.first_rk, p.entities))
+                }
+            });
+            let page = read
+                .and_then(|r| r.last_page)
+                .and_then(|page| page.inside(&after.pk));
             let hi = match (below, &learned) {
                 (Some(b), _) => Some(b.to_string()),
                 (None, Some(c)) if c.pk == after.pk && cmp_keys(&c.rk, &after.rk).is_gt() => {
@@ -433,7 +451,11 @@ pub async fn find_split(
                     else {
                         return Ok(None);
                     };
-                    let found = find_ceiling(&mut p, &inside, &first.rk).await?;
+                    let too_small = |c: &str| {
+                        cut_share(read_from, page, Some(c), &after.rk, outweigh, task_read)
+                            .is_none()
+                    };
+                    let found = find_ceiling_until(&mut p, &inside, &first.rk, &too_small).await?;
                     // Unless later partitions may follow, nothing reaches (partition,
                     // found).
                     if !inside_large {
@@ -442,18 +464,6 @@ pub async fn find_split(
                     found
                 }
             };
-            // Inside one partition, the density is known if the read began in it, or
-            // from what was read of it.
-            let read_from = read.and_then(|r| {
-                if r.first.pk == after.pk {
-                    Some((r.first.rk.as_str(), r.entities))
-                } else {
-                    r.partition.map(|p| (p.first_rk, p.entities))
-                }
-            });
-            let page = read
-                .and_then(|r| r.last_page)
-                .and_then(|page| page.inside(&after.pk));
             let input = CutInputs {
                 read_from,
                 page,

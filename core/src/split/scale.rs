@@ -24,7 +24,7 @@ fn alphabet() -> &'static [u16] {
 }
 
 /// Index of the largest unit of `alphabet` at or below `u`.
-fn rank_in(alphabet: &[u16], u: u16) -> u64 {
+fn rank_in<T: Ord + Copy>(alphabet: &[T], u: T) -> u64 {
     alphabet.partition_point(|&a| a <= u).saturating_sub(1) as u64
 }
 
@@ -33,23 +33,66 @@ fn rank(u: u16) -> u64 {
     rank_in(alphabet(), u)
 }
 
+/// A character's place in the order the service compares keys in (UTF-16 code units),
+/// as a number: astral characters, written as surrogate pairs, sort between U+D7FF and
+/// U+E000. The spaces cuts are computed in are made of these, one per character, so
+/// that a digit is never half a pair.
+fn ord(c: char) -> u32 {
+    let c = c as u32;
+    match c {
+        0..=0xD7FF => c,
+        0x10000.. => ASTRAL_FIRST + (c - 0x10000),
+        _ => c - 0xE000 + ASTRAL_FIRST + ASTRAL_CHARS,
+    }
+}
+
+/// The character at an [`ord`].
+fn char_at(o: u32) -> char {
+    let c = match o {
+        0..ASTRAL_FIRST => o,
+        _ if o < ASTRAL_FIRST + ASTRAL_CHARS => o - ASTRAL_FIRST + 0x10000,
+        _ => o - ASTRAL_FIRST - ASTRAL_CHARS + 0xE000,
+    };
+    char::from_u32(c).unwrap_or(char::REPLACEMENT_CHARACTER)
+}
+
+/// The [`ord`] of the first astral character, and how many there are.
+const ASTRAL_FIRST: u32 = 0xD800;
+const ASTRAL_CHARS: u32 = 0x10_0000;
+
+/// A string's characters as [`ord`]s.
+fn ords(s: &str) -> Vec<u32> {
+    s.chars().map(ord).collect()
+}
+
+/// The dense [`alphabet`] as [`ord`]s (it holds no surrogates).
+fn dense_ords() -> &'static [u32] {
+    static ORDS: std::sync::OnceLock<Vec<u32>> = std::sync::OnceLock::new();
+    ORDS.get_or_init(|| {
+        alphabet()
+            .iter()
+            .map(|&u| ord(char::from_u32(u.into()).expect("no surrogates")))
+            .collect()
+    })
+}
+
 /// The alphabet the differing tails of two bounds are written in: the character classes
-/// their units belong to (digits, hex letters, letters, each punctuation mark, the
-/// non-ASCII anchors). Keys are usually drawn from such a class (hex digests, numbers,
-/// names), and bisecting in its rank space keeps halves even where the global alphabet
-/// has gaps no key uses (between `9` and `a` in hex, say).
+/// their characters belong to (digits, hex letters, letters, each punctuation mark, the
+/// non-ASCII anchors, the letters of another script). Keys are usually drawn from such
+/// a class (hex digests, numbers, names), and bisecting in its rank space keeps halves
+/// even where the global alphabet has gaps no key uses (between `9` and `a` in hex, say).
 ///
-/// A unit of the upper bound's tail (`high`) just above a class the other tails use
+/// A character of the upper bound's tail (`high`) just above a class the other tails use
 /// (`g` above hex digits, `G` above upper-case ones) adds only itself: it is a ceiling
 /// found just above hex keys, and counting every letter up to `z` below it would make
 /// the hex space look two and a quarter times as wide as it is.
-fn local_alphabet(tails: &[&[u16]], high: &[u16]) -> Vec<u16> {
+fn local_alphabet(tails: &[&[u32]], high: &[u32]) -> Vec<u32> {
     let mut set = std::collections::BTreeSet::new();
-    let range = |a: u8, b: u8| (a as u16)..=(b as u16);
-    let mut units: Vec<u16> = tails.iter().flat_map(|t| t.iter().copied()).collect();
-    let uses = |class: std::ops::RangeInclusive<u16>| units.iter().any(|u| class.contains(u));
+    let range = |a: u8, b: u8| u32::from(a)..=u32::from(b);
+    let mut units: Vec<u32> = tails.iter().flat_map(|t| t.iter().copied()).collect();
+    let uses = |class: std::ops::RangeInclusive<u32>| units.iter().any(|u| class.contains(u));
     // `g` (`G`) above hex digits the other tails use, and no letter past `f` (`F`).
-    let sentinels: Vec<u16> = high
+    let sentinels: Vec<u32> = high
         .iter()
         .copied()
         .filter(|&u| match u {
@@ -62,9 +105,9 @@ fn local_alphabet(tails: &[&[u16]], high: &[u16]) -> Vec<u16> {
     let letters = script_letters(&units);
     if !letters.is_empty() {
         set.extend(letters);
-        // The upper bound's unit where it differs from the keys, so that it lies above
-        // them in the letters' space too.
-        set.extend(high.first().copied().filter(|&u| is_script(u)));
+        // The upper bound's character where it differs from the keys, so that it lies
+        // above them in the letters' space too.
+        set.extend(high.first().copied().filter(|&u| u > 0xA0));
     }
     units.extend(high.iter().copied().filter(|u| !sentinels.contains(u)));
     for u in units {
@@ -77,90 +120,112 @@ fn local_alphabet(tails: &[&[u16]], high: &[u16]) -> Vec<u16> {
             0x20..=0x7E => {
                 set.insert(u);
             }
-            _ => set.extend(alphabet().iter().copied().filter(|&a| a >= 0xA0)),
+            _ => set.extend(dense_ords().iter().copied().filter(|&a| a >= 0xA0)),
         }
     }
     set.into_iter().collect()
 }
 
-/// Units of another script than ASCII closer together than this in the keys are taken
-/// for letters of one alphabet.
-const LETTER_GAP: u16 = 32;
+/// Characters of another script than ASCII closer together than this in the keys are
+/// taken for letters of one alphabet.
+const LETTER_GAP: u32 = 32;
 
-/// Whether a unit is of another script than ASCII: above U+00A0, and not a surrogate
-/// (no probe position holds one alone).
-fn is_script(u: u16) -> bool {
-    u > 0xA0 && !(0xD800..=0xDFFF).contains(&u)
-}
-
-/// The letters of the script the keys' non-ASCII units are written in, when they are
-/// (three or more units): for ideographs and syllables (all in one of
-/// [`LARGE_SCRIPTS`]), [`MAX_LETTERS`] units spread evenly over the block; for a small
-/// alphabet (Cyrillic, Greek, accented Latin), units each less than [`LETTER_GAP`] above
-/// the one before, every unit of their span, widened for letters not seen yet.
-/// The dense alphabet has one anchor for all of them, so every key from `а` to `я` read
-/// as the same place, no density was measured, and the first backup of a table of
-/// Cyrillic names was cut page after page by probes alone, in tasks of about 1,000
-/// entities (20,000 entities: 167 queries for 20 pages, at 0.86x the Python SDK's
-/// export; in the split model, 193 probes for Hangul names). Other units far apart (a
-/// few scattered ones, or several scripts mixed) are left to the anchors: a space
-/// spanned between them holds mostly units no key uses, and cuts placed by value there
-/// fall where no key lies.
-fn script_letters(units: &[u16]) -> Vec<u16> {
-    let mut seen: Vec<u16> = units.iter().copied().filter(|&u| is_script(u)).collect();
+/// The letters of the script the keys' non-ASCII characters are written in, when they
+/// are (three or more characters): for emoji of one of [`EMOJI_BLOCKS`], the block; for
+/// ideographs, syllables and pictographs (all in one of [`LARGE_SCRIPTS`]),
+/// [`MAX_LETTERS`] characters spread evenly over the block; for a
+/// small alphabet (Cyrillic, Greek, accented Latin), characters each less than
+/// [`LETTER_GAP`] above the one before, every character of their span, widened for
+/// letters not seen yet. The dense alphabet has one anchor for all of them, so every
+/// key from `а` to `я` read as the same place, no density was measured, and the first
+/// backup of a table of Cyrillic names was cut page after page by probes alone, in
+/// tasks of about 1,000 entities (20,000 entities: 167 queries for 20 pages, at 0.86x
+/// the Python SDK's export; in the split model, 193 probes for Hangul names, 466 for
+/// emoji). Other characters far apart (a few scattered ones, or several scripts mixed)
+/// are left to the anchors: a space spanned between them holds mostly characters no
+/// key uses, and cuts placed by value there fall where no key lies.
+fn script_letters(units: &[u32]) -> Vec<u32> {
+    let mut seen: Vec<u32> = units.iter().copied().filter(|&u| u > 0xA0).collect();
     seen.sort_unstable();
     seen.dedup();
     if seen.len() < MIN_LETTERS {
         return Vec::new();
     }
-    // Ideographs and syllables: all in one large block, whose characters keys of such
-    // names spread over; it is sampled evenly.
-    if let Some(&(first, last)) = LARGE_SCRIPTS
-        .iter()
-        .find(|(first, last)| seen.iter().all(|u| (*first..=*last).contains(u)))
-    {
-        let step = usize::from(last - first).div_ceil(MAX_LETTERS);
-        return (first..=last).step_by(step).collect();
+    let within = |&(first, last): &(char, char)| {
+        let (first, last) = (ord(first), ord(last));
+        seen.iter()
+            .all(|u| (first..=last).contains(u))
+            .then_some((first, last))
+    };
+    // Emoji of one block: every one of them. Measured in a sample of all 2,048
+    // pictographs, names drawn from the 80 emoticons left the space above them
+    // looking 25 times as large as it was; and few such keys lie within LETTER_GAP of
+    // each other (four of them seldom do), so a run of letters was found when a cut
+    // was measured and not when it was placed.
+    if let Some((first, last)) = EMOJI_BLOCKS.iter().find_map(within) {
+        return (first..=last).collect();
     }
-    // One alphabet: each unit less than LETTER_GAP above the one before. Units of
-    // several scripts mixed in the keys (keys of every region) are no alphabet: a
-    // density read in one of them says nothing of the space between.
-    let one_run = seen.windows(2).all(|w| w[1] - w[0] < LETTER_GAP);
-    if !one_run {
-        return Vec::new();
+    // Ideographs, syllables, pictographs: all in one large block, whose characters
+    // keys of such names spread over; it is sampled evenly.
+    if let Some((first, last)) = LARGE_SCRIPTS.iter().find_map(within) {
+        let step = (last - first).div_ceil(MAX_LETTERS as u32);
+        return (first..=last).step_by(step as usize).collect();
+    }
+    one_alphabet(&seen).unwrap_or_default()
+}
+
+/// The letters of one alphabet, when `seen` (sorted, distinct) are: each character less
+/// than [`LETTER_GAP`] above the one before, every character of their span, widened for
+/// letters not seen yet, at most [`MAX_LETTERS`]. Characters of several scripts mixed in
+/// the keys (keys of every region) are no alphabet: a density read in one of them says
+/// nothing of the space between.
+fn one_alphabet(seen: &[u32]) -> Option<Vec<u32>> {
+    if !seen.windows(2).all(|w| w[1] - w[0] < LETTER_GAP) {
+        return None;
     }
     let (lo, hi) = (seen[0], seen[seen.len() - 1]);
     // Letters not seen yet lie beyond the ends, about as far as the seen ones lie apart
-    // and at least LETTER_REACH: a few keys' units seldom include an alphabet's last
-    // letters, and measured without them, the rest of a table of 5,990 entities under
-    // names in one alphabet (split soak seed 0) looked too small to split: one task
-    // read it all.
-    let spread = (hi - lo).div_ceil(seen.len() as u16 - 1).max(LETTER_REACH);
+    // and at least LETTER_REACH: a few keys' characters seldom include an alphabet's
+    // last letters, and measured without them, the rest of a table of 5,990 entities
+    // under names in one alphabet (split soak seed 0) looked too small to split: one
+    // task read it all.
+    let spread = (hi - lo).div_ceil(seen.len() as u32 - 1).max(LETTER_REACH);
     let from = lo.saturating_sub(spread).max(0xA1);
-    let to = hi.saturating_add(spread);
-    let letters: Vec<u16> = (from..=to).filter(|&u| is_script(u)).collect();
-    if letters.len() > MAX_LETTERS {
-        return Vec::new();
-    }
-    letters
+    let to = (hi + spread).min(ord(char::MAX));
+    (((to - from) as usize) < MAX_LETTERS).then(|| (from..=to).collect())
 }
 
 /// Most letters [`script_letters`] adds (a large block's sample, one more): with
-/// printable ASCII, the anchors and the upper bound's unit, a local alphabet's base
-/// stays under 566, so [`FRACTION_PLACES`] places
-/// of it fit in a u64. Small alphabets have far fewer (Cyrillic upper and lower case:
-/// 64).
+/// printable ASCII, the anchors and the upper bound's character, a local alphabet's base
+/// stays under 566, so [`FRACTION_PLACES`] places of it fit in a u64. Small alphabets
+/// have far fewer (Cyrillic upper and lower case: 64).
 const MAX_LETTERS: usize = 256;
 
 /// Blocks of thousands of characters that keys in one script spread over: CJK unified
-/// ideographs, Hangul syllables.
-const LARGE_SCRIPTS: [(u16, u16); 2] = [(0x4E00, 0x9FFF), (0xAC00, 0xD7A3)];
+/// ideographs, Hangul syllables, the pictographs of emoji (from Miscellaneous Symbols
+/// and Pictographs to Symbols and Pictographs Extended-A), CJK extension B.
+const LARGE_SCRIPTS: [(char, char); 4] = [
+    ('\u{4E00}', '\u{9FFF}'),
+    ('\u{AC00}', '\u{D7A3}'),
+    ('\u{1F300}', '\u{1FAFF}'),
+    ('\u{20000}', '\u{2A6DF}'),
+];
 
-/// Fewest units [`script_letters`] widens a run of letters by at either end.
-const LETTER_REACH: u16 = 8;
+/// Blocks of emoji small enough to be a script's letters whole: Emoticons, Transport
+/// and Map Symbols, Supplemental Symbols and Pictographs, Symbols and Pictographs
+/// Extended-A.
+const EMOJI_BLOCKS: [(char, char); 4] = [
+    ('\u{1F600}', '\u{1F64F}'),
+    ('\u{1F680}', '\u{1F6FF}'),
+    ('\u{1F900}', '\u{1F9FF}'),
+    ('\u{1FA70}', '\u{1FAFF}'),
+];
 
-/// Fewest units of a run for [`script_letters`] to take it for an alphabet's letters:
-/// two close units among scattered ones (CJK, or a few classes of characters) are
+/// Fewest characters [`one_alphabet`] widens a run of letters by at either end.
+const LETTER_REACH: u32 = 8;
+
+/// Fewest characters for [`script_letters`] to take them for a script's letters: two
+/// close characters among scattered ones (CJK, or a few classes of characters) are
 /// chance.
 const MIN_LETTERS: usize = 3;
 
@@ -176,13 +241,13 @@ pub fn midpoint(lo: &str, hi: Option<&str>) -> String {
 }
 
 /// The number space [`point_at`] and [`fraction`] work in between two bounds: their
-/// common prefix dropped, then `places` units read as digits of the alphabet the
-/// bounds' tails use (their character classes; the dense alphabet without `hi`).
-/// Digit 0 means "no character".
+/// common prefix dropped, then `places` characters (as [`ord`]s) read as digits of the
+/// alphabet the bounds' tails use (their character classes; the dense alphabet without
+/// `hi`). Digit 0 means "no character".
 struct Scale {
-    lo: Vec<u16>,
+    lo: Vec<u32>,
     common: usize,
-    alpha: std::borrow::Cow<'static, [u16]>,
+    alpha: std::borrow::Cow<'static, [u32]>,
     places: usize,
     /// The value of `hi`, or the top of the space.
     high: u64,
@@ -191,29 +256,29 @@ struct Scale {
 impl Scale {
     /// `also`: keys known to lie between the bounds, whose tails' classes count too.
     fn new(lo: &str, hi: Option<&str>, places: usize, also: &[&str]) -> Self {
-        let a: Vec<u16> = lo.encode_utf16().collect();
-        let b: Option<Vec<u16>> = hi.map(|h| h.encode_utf16().collect());
+        let a = ords(lo);
+        let b: Option<Vec<u32>> = hi.map(ords);
         let common = b.as_ref().map_or(0, |b| common_units(&a, b));
         let alpha = match &b {
             Some(b) => {
-                let tail = |v: &[u16]| v[common..].iter().take(places).copied().collect::<Vec<_>>();
-                let also: Vec<Vec<u16>> = also
+                let tail = |v: &[u32]| v[common..].iter().take(places).copied().collect::<Vec<_>>();
+                let also: Vec<Vec<u32>> = also
                     .iter()
-                    .map(|k| k.encode_utf16().collect::<Vec<u16>>())
+                    .map(|k| ords(k))
                     .filter(|k| k.len() >= common)
                     .map(|k| tail(&k))
                     .collect();
-                let mut tails: Vec<&[u16]> = also.iter().map(Vec::as_slice).collect();
+                let mut tails: Vec<&[u32]> = also.iter().map(Vec::as_slice).collect();
                 let lo_tail = tail(&a);
                 tails.push(&lo_tail);
                 let local = local_alphabet(&tails, &tail(b));
                 if local.is_empty() {
-                    std::borrow::Cow::Borrowed(alphabet())
+                    std::borrow::Cow::Borrowed(dense_ords())
                 } else {
                     std::borrow::Cow::Owned(local)
                 }
             }
-            None => std::borrow::Cow::Borrowed(alphabet()),
+            None => std::borrow::Cow::Borrowed(dense_ords()),
         };
         let mut scale = Scale {
             lo: a,
@@ -233,8 +298,8 @@ impl Scale {
         self.alpha.len() as u64 + 1
     }
 
-    /// The value of the `places` units after the common prefix.
-    fn value(&self, v: &[u16]) -> u64 {
+    /// The value of the `places` characters after the common prefix.
+    fn value(&self, v: &[u32]) -> u64 {
         let base = self.base();
         (0..self.places).fold(0u64, |acc, i| {
             acc * base
@@ -265,16 +330,18 @@ pub fn point_at(lo: &str, hi: Option<&str>, share: f64) -> String {
         mid /= base;
     }
     tail.reverse();
-    let mut units: Vec<u16> = scale.lo[..scale.common].to_vec();
+    let mut m: String = scale.lo[..scale.common]
+        .iter()
+        .map(|&o| char_at(o))
+        .collect();
     for d in tail {
         // Digit 0 ("no character") can only be followed by more zeros in a valid
         // midpoint; stop there.
         if d == 0 {
             break;
         }
-        units.push(scale.alpha[(d - 1) as usize]);
+        m.push(char_at(scale.alpha[(d - 1) as usize]));
     }
-    let m = String::from_utf16_lossy(&units);
     // Ranks are floors, so between two anchors the midpoint can land at or below `lo`;
     // the smallest step above `lo` is still a useful probe.
     if cmp_keys(&m, lo).is_le() {
@@ -284,8 +351,8 @@ pub fn point_at(lo: &str, hi: Option<&str>, share: f64) -> String {
     }
 }
 
-/// How many UTF-16 units two keys share from their start.
-pub(super) fn common_units(a: &[u16], b: &[u16]) -> usize {
+/// How many units (or characters) two keys share from their start.
+pub(super) fn common_units<T: PartialEq>(a: &[T], b: &[T]) -> usize {
     a.iter().zip(b).take_while(|(x, y)| x == y).count()
 }
 
@@ -333,7 +400,7 @@ enum Steps {
 
 fn steps(lo: &str, hi: Option<&str>, key: &str) -> Steps {
     let scale = Scale::new(lo, hi, FRACTION_PLACES, &[key]);
-    let k: Vec<u16> = key.encode_utf16().collect();
+    let k = ords(key);
     let prefix = &scale.lo[..scale.common];
     if !k.starts_with(prefix) {
         return if cmp_keys(key, lo).is_le() {
@@ -380,14 +447,40 @@ pub fn increment(s: &str, pos: usize, amount: u64) -> Option<String> {
     Some(String::from_utf16_lossy(&out))
 }
 
+/// Steps [`bump`] takes through the blocks of 1,024 astral characters above one (each
+/// a high surrogate raised by one) before going on from U+E000.
+const ASTRAL_STEPS: usize = 4;
+
 /// `s` cut after position `pos`, with the unit there raised `steps` places in the
 /// alphabet: a value above every string that starts with `s[..=pos]`. `None` when no
-/// alphabet unit lies that far above (the top of the key space).
+/// alphabet unit lies that far above (the top of the key space). An astral character
+/// (a surrogate pair) is raised as a whole: the first [`ASTRAL_STEPS`] steps go
+/// through the blocks of 1,024 characters above it, more up the alphabet from
+/// U+E000. The alphabet holds no surrogates, and a pair's first unit cannot stand
+/// alone (it went out as U+FFFD); with U+E000 the first step up, above every astral
+/// character, the ceiling of emoji keys measured their space as 25 times as wide as
+/// it was (a task read six times the mean in the split model), or, for emoji of two
+/// blocks, 2.9 times. Every block of 1,024 as a step cost the galloping search up to
+/// ten more probes where keys reach past the astral characters.
 pub(super) fn bump(s: &[u16], pos: usize, steps: usize) -> Option<String> {
-    let u = *s.get(pos)?;
-    let above = alphabet().partition_point(|&a| a <= u);
-    let next = *alphabet().get(above + steps.saturating_sub(1))?;
+    let pos = match (pos.checked_sub(1).map(|p| s[p]), s.get(pos)) {
+        (Some(0xD800..=0xDBFF), Some(0xDC00..=0xDFFF)) => pos - 1,
+        _ => pos,
+    };
+    let mut u = *s.get(pos)?;
+    let mut steps = steps.max(1);
     let mut out = s[..pos].to_vec();
+    if (0xD800..=0xDBFF).contains(&u) {
+        let highs = ASTRAL_STEPS.min(usize::from(0xDBFF - u));
+        if steps <= highs {
+            out.extend([u + steps as u16, 0xDC00]);
+            return Some(String::from_utf16_lossy(&out));
+        }
+        steps -= highs;
+        u = 0xDFFF;
+    }
+    let above = alphabet().partition_point(|&a| a <= u);
+    let next = *alphabet().get(above + steps - 1)?;
     out.push(next);
     Some(String::from_utf16_lossy(&out))
 }
@@ -432,8 +525,8 @@ pub(super) fn one_region(from: &str, reached: &str, hi: Option<&str>) -> bool {
 mod tests {
     use super::*;
 
-    fn units(keys: &[&str]) -> Vec<u16> {
-        keys.iter().flat_map(|k| k.encode_utf16()).collect()
+    fn units(keys: &[&str]) -> Vec<u32> {
+        keys.iter().flat_map(|k| ords(k)).collect()
     }
 
     #[test]
@@ -444,20 +537,20 @@ mod tests {
         assert!(hi < 0x460, "widened by a few letters only: {hi:#x}");
         assert_eq!(
             letters.len(),
-            usize::from(hi - lo) + 1,
-            "every unit of the span"
+            (hi - lo) as usize + 1,
+            "every character of the span"
         );
     }
 
     #[test]
     fn scattered_or_mixed_units_are_no_alphabet() {
-        // Two units; CJK with a Hangul unit (two blocks); scripts mixed; surrogates
-        // (astral characters); none.
+        // Two characters; CJK with a Hangul syllable (two blocks); scripts mixed; an
+        // emoji among CJK; none.
         for keys in [
             vec!["ab\u{FF01}\u{FFFD}"],
             vec!["\u{4E05}\u{6A00}\u{AC20}"],
             vec!["Çä\u{4E00}\u{E005}"],
-            vec!["😀😁😂"],
+            vec!["\u{4E05}\u{6A00}😀"],
             vec!["plain ascii"],
         ] {
             assert!(script_letters(&units(&keys)).is_empty(), "{keys:?}");
@@ -465,17 +558,21 @@ mod tests {
     }
 
     #[test]
-    fn ideographs_and_syllables_sample_their_whole_block() {
+    fn ideographs_syllables_and_pictographs_sample_their_whole_block() {
         for (keys, block) in [
             (["東京都", "大阪府"], LARGE_SCRIPTS[0]),
             (["서울", "부산광역"], LARGE_SCRIPTS[1]),
+            (["😀🌭", "🍕🚀"], LARGE_SCRIPTS[2]),
+            (["𠀋𠂢", "\u{2A600}"], LARGE_SCRIPTS[3]),
         ] {
             let letters = script_letters(&units(&keys));
-            assert_eq!(letters.first(), Some(&block.0));
+            let (first, last) = (ord(block.0), ord(block.1));
+            assert_eq!(letters.first(), Some(&first));
+            let step = (last - first).div_ceil(MAX_LETTERS as u32);
             assert!(
                 letters
                     .last()
-                    .is_some_and(|&u| u > block.1 - 128 && u <= block.1)
+                    .is_some_and(|&u| u + step > last && u <= last)
             );
             assert!(letters.len() <= MAX_LETTERS + 1, "{}", letters.len());
         }
@@ -494,10 +591,10 @@ mod tests {
     fn the_widest_local_alphabet_keeps_its_places_in_a_u64() {
         // Every printable ASCII character, the longest run of letters kept, an upper
         // bound's unit besides.
-        let ascii: Vec<u16> = (0x20..=0x7E).collect();
-        let run: Vec<u16> = (0..)
+        let ascii: Vec<u32> = (0x20..=0x7E).collect();
+        let run: Vec<u32> = (0..)
             .map(|i| 0x400 + 31 * i)
-            .take_while(|&u| u < 0x400 + MAX_LETTERS as u16 - 64)
+            .take_while(|&u| u < 0x400 + MAX_LETTERS as u32 - 64)
             .collect();
         assert!(!script_letters(&run).is_empty());
         let alphabet = local_alphabet(&[&ascii, &run], &[0x7000]);
@@ -508,14 +605,69 @@ mod tests {
         );
     }
 
+    #[test]
+    fn emoji_of_one_block_are_its_letters() {
+        let letters = script_letters(&units(&["😀🙏", "😂😎", "😺"]));
+        assert_eq!(
+            (letters.first(), letters.last()),
+            (Some(&ord('😀')), Some(&ord('🙏')))
+        );
+        assert_eq!(letters.len(), 80);
+    }
+
+    #[test]
+    fn astral_characters_are_raised_whole() {
+        let s: Vec<u16> = "😀😃".encode_utf16().collect();
+        // At either unit of the first pair: the next block of 1,024 characters.
+        assert_eq!(bump(&s, 0, 1).as_deref(), Some("\u{1F800}"));
+        assert_eq!(bump(&s, 1, 1).as_deref(), Some("\u{1F800}"));
+        assert_eq!(bump(&s, 3, 2).as_deref(), Some("😀\u{1FC00}"));
+        // Past ASTRAL_STEPS blocks: the alphabet above every astral character.
+        assert_eq!(bump(&s, 0, ASTRAL_STEPS + 1).as_deref(), Some("\u{E000}"));
+        // The last block has no next one.
+        assert_eq!(bump(&[0xDBFF, 0xDC05], 1, 1).as_deref(), Some("\u{E000}"));
+    }
+
     proptest::proptest! {
-        /// Keys written in letters of any span, with any bound, give points strictly
-        /// between the bounds and fractions in [0, 1].
+        /// Characters read as ords keep the order the service compares keys in, and
+        /// come back as themselves.
+        #[test]
+        fn ords_keep_the_services_order(a in ".{0,6}", b in ".{0,6}") {
+            proptest::prop_assert_eq!(ords(&a).cmp(&ords(&b)), cmp_keys(&a, &b));
+            for c in a.chars() {
+                proptest::prop_assert_eq!(char_at(ord(c)), c);
+            }
+        }
+
+        /// A raised prefix lies above every string that begins with it, astral
+        /// characters whole.
+        #[test]
+        fn a_raised_prefix_lies_above_everything_it_begins(
+            s in "[a-z0-9\u{A0}-\u{3000}\u{E000}-\u{FFFD}\u{10000}-\u{10FFFF}]{1,6}",
+            at in 0usize..12,
+            steps in 1usize..10,
+        ) {
+            let units: Vec<u16> = s.encode_utf16().collect();
+            let pos = at % units.len();
+            // The prefix through the whole character at `pos`, and before it.
+            let start = if (0xDC00..0xE000).contains(&units[pos]) { pos - 1 } else { pos };
+            let end = if (0xD800..0xDC00).contains(&units[start]) { start + 2 } else { start + 1 };
+            let prefix = &units[..end];
+            if let Some(r) = bump(&units, pos, steps) {
+                let r: Vec<u16> = r.encode_utf16().collect();
+                proptest::prop_assert!(r.starts_with(&units[..start]), "{r:x?} {units:x?}");
+                proptest::prop_assert!(r.as_slice() > prefix && !r.starts_with(prefix), "{r:x?} {prefix:x?}");
+            }
+        }
+
+        /// Keys written in letters of any span (emoji and other astral characters
+        /// too), with any bound, give points strictly between the bounds and
+        /// fractions in [0, 1].
         #[test]
         fn points_and_fractions_hold_for_keys_in_any_letters(
-            base in 0xA1u32..0xD000,
+            base in proptest::prop_oneof![0xA1u32..0xD000, 0x10000u32..0x10F000],
             picks in proptest::collection::vec((0u32..600, 1usize..8), 3),
-            hi_unit in 0xA1u32..0xD7FF,
+            hi_unit in proptest::prop_oneof![0xA1u32..0xD7FF, 0xE000u32..0xFFFE, 0x10000u32..0x10FFFF],
         ) {
             let key = |(at, len): (u32, usize)| -> String {
                 (0..len).map(|j| char::from_u32(base + (at + 7 * j as u32) % 600).unwrap_or('a')).collect()

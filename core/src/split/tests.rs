@@ -795,6 +795,62 @@ fn a_finer_ceiling_costs_one_probe_where_keys_fill_the_place() {
     assert!(p.sent <= 9, "{} probes for the finer one", p.sent);
 }
 
+/// A remainder the coarse ceiling already measures too small to split needs no finer
+/// one: the rest of a partition of zero-padded RowKeys, 360 entities after 639 read,
+/// cost three more probes (`008`, `00:`, `009`) to learn `00:` where `01` had said
+/// as much; four such searches made a first backup of the shared-prefix shape send
+/// 71 probes in the split model, over its budget.
+#[test]
+fn a_ceiling_that_settles_the_split_is_not_refined() {
+    let t = Sorted::new(
+        (0..1000)
+            .map(|i| EntityKey::new("p", format!("{i:05}")))
+            .collect(),
+    );
+    let dim = probe::Dimension::Rows {
+        partition: "p",
+        below: None,
+    };
+    let search = |settled: &(dyn Fn(&str) -> bool + Sync)| {
+        let mut p = probe::Prober { probe: &t, sent: 0 };
+        let found = run(probe::find_ceiling_until(&mut p, &dim, "00640", settled)).unwrap();
+        (found, p.sent)
+    };
+    let (finer, all) = search(&|_| false);
+    let (coarse, fewer) = search(&|_| true);
+    assert_eq!(finer.as_deref(), Some("00:"));
+    assert_eq!(coarse.as_deref(), Some("01"));
+    assert!(fewer + 3 <= all, "{fewer} probes against {all}");
+    // And the split that asks it stops there, with no split.
+    let so_far = ReadSoFar {
+        first: &t.0[0],
+        entities: 640,
+        partition: Some(PartitionRead {
+            first_rk: &t.0[0].rk,
+            entities: 640,
+            continues: true,
+        }),
+        largest_partition: 640,
+        last_page: None,
+        planned: false,
+    };
+    let counting = CountingProbe::new(&t);
+    let end = EntityKey::partition_start("q");
+    let split = run(find_split(
+        &counting,
+        &t.0[639],
+        None,
+        Some(&end),
+        None,
+        Some(so_far),
+        None,
+        true,
+    ))
+    .unwrap();
+    assert_eq!(split, None);
+    assert!(counting.sent() <= fewer + 2, "{} probes", counting.sent());
+}
+
 /// A large partition read says nothing of how densely the partitions after it lie.
 /// Counted in, 3,000 entities of one partition among ten of 10 made 90 small
 /// partitions look like 27,000 entities, and the few hundred left were cut into tasks
@@ -1051,6 +1107,8 @@ fn key_unit() -> impl Strategy<Value = char> {
         1 => Just('~'),
         1 => Just('\u{E000}'),
         1 => Just('\u{1F600}'),
+        1 => prop::char::range('\u{1F300}', '\u{1F6FF}'),
+        1 => prop::char::range('\u{10000}', '\u{10FFFF}'),
         1 => Just('\u{FFFD}'),
         1 => prop::char::range('\u{A0}', '\u{3000}'),
     ]
@@ -1635,6 +1693,12 @@ fn four_workers_share_every_shape() {
         ("accented Latin names", names_in(0xE0, 31, 50_000), 2.0),
         ("CJK names", names_in(0x4E00, 20_992, 50_000), 2.0),
         ("Hangul names", names_in(0xAC00, 11_172, 50_000), 2.0),
+        ("emoji names", names_in(0x1F600, 80, 50_000), 2.0),
+        (
+            "emoji names, two blocks",
+            names_in(0x1F300, 0x350, 50_000),
+            2.0,
+        ),
         ("CJK tenants", tenants("東京都", "大阪府"), 2.0),
         ("Hangul tenants", tenants("서울", "부산광역"), 2.0),
     ] {
