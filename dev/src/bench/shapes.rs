@@ -48,6 +48,7 @@ const SHAPES: &[&str] = &[
     "one-partition",
     "tenants",
     "cyrillic",
+    "emoji",
     "small-tables",
 ];
 
@@ -144,6 +145,9 @@ fn shaped(shape: &str, i: u64, n: u64, small_tables: u64) -> (u64, Entity) {
         // Names in another script than ASCII: Cyrillic words of four to eight letters,
         // ten entities each.
         "cyrillic" => (0, cyrillic_word(i / 10), format!("order-{i:010}")),
+        // Names in characters above the BMP (surrogate pairs in the service's order):
+        // four to eight emoticons, ten entities each.
+        "emoji" => (0, emoji_word(i / 10), format!("order-{i:010}")),
         _ => {
             let per = n.div_ceil(small_tables.max(1));
             (
@@ -161,6 +165,17 @@ fn shaped(shape: &str, i: u64, n: u64, small_tables: u64) -> (u64, Entity) {
 /// A pseudo-random lower-case Cyrillic word (`а`-`я`) of four to eight letters for
 /// partition `p`.
 fn cyrillic_word(p: u64) -> String {
+    word_in(p, 0x430, 32)
+}
+
+/// A pseudo-random name of four to eight emoticons (U+1F600-U+1F64F) for partition `p`.
+fn emoji_word(p: u64) -> String {
+    word_in(p, 0x1F600, 80)
+}
+
+/// A pseudo-random word of four to eight of the `letters` characters from `first`, for
+/// partition `p`.
+fn word_in(p: u64, first: u32, letters: u64) -> String {
     let mut h = (p as u128).wrapping_mul(0x9E37_79B9_7F4A_7C15_F39C_C060_5CED_C835) >> 64;
     let len = 4 + (h % 5) as usize;
     (0..len)
@@ -169,7 +184,7 @@ fn cyrillic_word(p: u64) -> String {
                 .wrapping_mul(6_364_136_223_846_793_005)
                 .wrapping_add(1_442_695_040_888_963_407)
                 & u128::from(u64::MAX);
-            char::from_u32(0x430 + ((h >> 33) % 32) as u32).expect("a Cyrillic letter")
+            char::from_u32(first + ((h >> 33) as u64 % letters) as u32).expect("a letter")
         })
         .collect()
 }
@@ -577,6 +592,19 @@ mod tests {
         let first: std::collections::BTreeSet<char> =
             words.iter().filter_map(|w| w.chars().next()).collect();
         assert_eq!(first.len(), 32, "every letter begins some word");
+    }
+
+    #[test]
+    fn emoji_names_are_words_of_four_to_eight_emoticons() {
+        let words: std::collections::BTreeSet<String> = (0..2_000).map(emoji_word).collect();
+        assert!(words.len() > 1_900, "{} distinct of 2,000", words.len());
+        for w in &words {
+            assert!((4..=8).contains(&w.chars().count()), "{w}");
+            assert!(w.chars().all(|c| ('😀'..='🙏').contains(&c)), "{w}");
+        }
+        let first: std::collections::BTreeSet<char> =
+            words.iter().filter_map(|w| w.chars().next()).collect();
+        assert!(first.len() > 70, "{} first letters", first.len());
     }
 
     #[test]

@@ -150,7 +150,7 @@ struct Shapes {
     #[arg(long, default_value_t = 200)]
     small_tables: u64,
     /// Only these shapes (sequential, guid, zipf, one-partition, tenants, cyrillic,
-    /// small-tables).
+    /// emoji, small-tables).
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
     /// Also back up with the old planning (8 probed ranges, no splitting) in the same run.
