@@ -1644,8 +1644,9 @@ fn backup_model(t: &Sorted, workers: usize) -> (Vec<usize>, usize) {
 /// there: 68 to 139 in this model for two tenants, 82 for Zipf sizes.
 /// Two tenants either way round and in one or two scripts, Zipf-like partition sizes,
 /// sequential, GUID and one-partition keys, keys from every region, keys sharing a
-/// prefix, names in Cyrillic, Greek, accented Latin, CJK and Hangul, and tenants
-/// under CJK and Hangul prefixes; 50,000 entities each (GUID 20,000).
+/// prefix, names in Cyrillic, Greek, accented Latin, CJK, Hangul and emoji (one block
+/// of them, and two), and tenants under CJK and Hangul prefixes; 50,000 entities each
+/// (GUID 20,000).
 const MODEL_PROBES: usize = 60;
 
 #[test]
