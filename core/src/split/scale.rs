@@ -207,22 +207,33 @@ fn one_alphabet(seen: &[u32]) -> Option<Vec<u32>> {
     (((to - from) as usize) < MAX_LETTERS).then(|| (from..=to).collect())
 }
 
-/// The letters of small alphabets keys are written in (ords; upper and lower case
-/// where the script has them): Latin-1's, Latin Extended-A, Greek, Cyrillic (basic and
-/// the letters beside it), Armenian, Hebrew, Arabic, Devanagari, Thai, Hiragana,
-/// Katakana.
-const SMALL_SCRIPTS: [(u32, u32); 11] = [
+/// The letters of small alphabets keys are written in (ords), the first holding all
+/// the letters seen is used: a script's lower or upper case before both (lower-case
+/// Cyrillic names measured with the upper case beside them, or the letters beside the
+/// basic 32, had the rest of a page estimated at half as much again, and cut too
+/// high: a table of 3,500 kept three quarters with its first task in half the model's
+/// seeds). Latin-1's letters, Latin Extended-A, Greek, Cyrillic, Armenian, Hebrew,
+/// Arabic, Devanagari, Thai, Hiragana, Katakana.
+const SMALL_SCRIPTS: [(u32, u32); 19] = [
+    (0xC0, 0xDE),
+    (0xDF, 0xFF),
     (0xC0, 0xFF),
     (0x100, 0x17F),
+    (0x386, 0x3AB),
+    (0x3AC, 0x3CE),
     (0x386, 0x3CE),
+    (0x410, 0x42F),
+    (0x430, 0x44F),
+    (0x410, 0x44F),
     (0x400, 0x45F),
+    (0x531, 0x556),
+    (0x561, 0x587),
     (0x531, 0x587),
     (0x5D0, 0x5EA),
     (0x620, 0x64A),
     (0x904, 0x97F),
     (0xE01, 0xE5B),
-    (0x3041, 0x3096),
-    (0x30A1, 0x30FA),
+    (0x3041, 0x30FA),
 ];
 
 /// Most letters [`script_letters`] adds (a large block's sample, one more): with
