@@ -191,7 +191,7 @@ fn one_alphabet(seen: &[u32]) -> Option<Vec<u32>> {
     // task read it all.
     let spread = (hi - lo).div_ceil(seen.len() as u32 - 1).max(LETTER_REACH);
     let mut from = lo.saturating_sub(spread).max(0xA1);
-    let mut to = (hi + spread).min(ord(char::MAX));
+    let mut to = (hi + spread).min(ord('\u{FFFF}'));
     // Where the seen letters lie in one known alphabet, all of its letters: widening
     // alone still left a first page of Armenian names (`ա` to `է` read, letters to
     // `ֆ` to come) measuring a third of the space up to the ceiling, so the rest of
@@ -647,6 +647,17 @@ mod tests {
     }
 
     #[test]
+    fn letters_above_the_astral_characters_are_found() {
+        // Fullwidth Latin, U+FF21 on: above every astral character in the service's
+        // order, so the highest ords of all (widening once ran past the top).
+        let letters = script_letters(&units(&["ＡＢＣ", "ＸＹＺ"]));
+        assert_eq!(letters.first(), Some(&(ord('Ａ') - LETTER_REACH)));
+        assert!(letters.contains(&ord('Ｚ')));
+        let top = script_letters(&units(&["\u{FFF0}\u{FFF5}\u{FFFD}"]));
+        assert_eq!(top.last(), Some(&ord('\u{FFFF}')));
+    }
+
+    #[test]
     fn emoji_of_one_block_are_its_letters() {
         let letters = script_letters(&units(&["😀🙏", "😂😎", "😺"]));
         assert_eq!(
@@ -680,6 +691,19 @@ mod tests {
             }
         }
 
+        /// Whatever characters keys hold, their letters are few enough for the number
+        /// space and come back as characters.
+        #[test]
+        fn letters_of_any_keys_fit_the_number_space(keys in proptest::collection::vec(".{0,8}", 1..4)) {
+            let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
+            let letters = script_letters(&units(&keys));
+            proptest::prop_assert!(letters.len() <= MAX_LETTERS + 1);
+            proptest::prop_assert!(letters.windows(2).all(|w| w[0] < w[1]));
+            for &o in &letters {
+                proptest::prop_assert_eq!(ord(char_at(o)), o);
+            }
+        }
+
         /// A raised prefix lies above every string that begins with it, astral
         /// characters whole.
         #[test]
@@ -706,7 +730,7 @@ mod tests {
         /// fractions in [0, 1].
         #[test]
         fn points_and_fractions_hold_for_keys_in_any_letters(
-            base in proptest::prop_oneof![0xA1u32..0xD000, 0x10000u32..0x10F000],
+            base in proptest::prop_oneof![0xA1u32..0xD000, 0xE000u32..0xFA00, 0x10000u32..0x10F000],
             picks in proptest::collection::vec((0u32..600, 1usize..8), 3),
             hi_unit in proptest::prop_oneof![0xA1u32..0xD7FF, 0xE000u32..0xFFFE, 0x10000u32..0x10FFFF],
         ) {
