@@ -504,7 +504,7 @@ const ASTRAL_STEPS: usize = 4;
 /// blocks, 2.9 times. Every block of 1,024 as a step cost the galloping search up to
 /// ten more probes where keys reach past the astral characters.
 pub(super) fn bump(s: &[u16], pos: usize, steps: usize) -> Option<String> {
-    let pos = match (pos.checked_sub(1).map(|p| s[p]), s.get(pos)) {
+    let pos = match (pos.checked_sub(1).and_then(|p| s.get(p)), s.get(pos)) {
         (Some(0xD800..=0xDBFF), Some(0xDC00..=0xDFFF)) => pos - 1,
         _ => pos,
     };
@@ -676,6 +676,8 @@ mod tests {
         assert_eq!(bump(&s, 3, 2).as_deref(), Some("😀\u{1FC00}"));
         // Past ASTRAL_STEPS blocks: the alphabet above every astral character.
         assert_eq!(bump(&s, 0, ASTRAL_STEPS + 1).as_deref(), Some("\u{E000}"));
+        // Past the end: nothing to raise.
+        assert_eq!(bump(&s, 9, 1), None);
         // The last block has no next one.
         assert_eq!(bump(&[0xDBFF, 0xDC05], 1, 1).as_deref(), Some("\u{E000}"));
     }
