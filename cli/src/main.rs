@@ -2,6 +2,7 @@
 
 fn main() -> std::process::ExitCode {
     tablevault_worker::process::tune_allocator();
+    tablevault_worker::process::end_quietly_on_closed_output();
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

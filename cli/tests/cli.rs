@@ -259,6 +259,32 @@ async fn backup_status_and_list_with_json_output() {
     assert!(text(&o).contains("no backup or restore"), "{}", text(&o));
 }
 
+/// A reader that stops early (`tablevault list --json | head -1`) ends the command
+/// quietly. Rust ignores SIGPIPE, and the first print to the closed pipe panicked with a
+/// backtrace (exit code 101).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_closed_output_ends_the_command_without_a_panic() {
+    let env = TestEnv::start().await;
+    let conn = env.connection_string();
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    let out = tokio::task::spawn_blocking(move || {
+        command(
+            &["list", "--json", "--container", &unique_lower("c")],
+            &[("TABLEVAULT_BACKUP", &conn)],
+        )
+        .stdout(writer)
+        .stderr(std::process::Stdio::piped())
+        .output()
+        .unwrap()
+    })
+    .await
+    .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert_ne!(out.status.code(), Some(101), "{stderr}");
+}
+
 /// A connection string whose every endpoint is `endpoint`.
 fn conn_at(endpoint: &str) -> String {
     format!(

@@ -62,6 +62,20 @@ pub fn tune_allocator() {
     }
 }
 
+/// Lets a closed standard output end the process quietly, as it ends other Unix tools
+/// (`tablevault list --json | head -1`). Rust ignores SIGPIPE, so every print to a
+/// closed pipe failed and `println!` panicked with a backtrace (exit code 101). Sockets
+/// are not affected: the standard library sends on them with `MSG_NOSIGNAL` (Linux)
+/// or sets `SO_NOSIGPIPE` (macOS), so a reset connection is still an error to retry.
+pub fn end_quietly_on_closed_output() {
+    #[cfg(unix)]
+    // SAFETY: restores the default disposition of one signal; the call changes no
+    // memory of this process and is safe from any thread.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
+}
+
 /// A token cancelled on the first Ctrl-C or SIGTERM. A second one exits the process at
 /// once with code 130 (what a job leaves behind is always resumable).
 pub fn shutdown_on_signal() -> CancellationToken {

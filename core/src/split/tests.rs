@@ -1839,3 +1839,22 @@ fn a_first_page_of_names_measures_their_whole_alphabet() {
     );
     assert!(above >= 1_500, "the upper part holds {above}");
 }
+
+#[test]
+fn zz_emoji_rows() {
+    let mut next = below(7);
+    let mut set = std::collections::BTreeSet::new();
+    while set.len() < 20_000 {
+        let k: String = (0..2 + next(5))
+            .map(|_| char::from_u32(0x1F600 + next(80) as u32).unwrap())
+            .collect();
+        set.insert(format!("{k}-{}", next(1000)));
+    }
+    let t = Sorted::new(
+        set.into_iter()
+            .map(|rk| EntityKey::new("emoji-tenant", rk))
+            .collect(),
+    );
+    let (tasks, probes) = backup_model(&t, 4);
+    eprintln!("EROWS {tasks:?} {probes}");
+}

@@ -171,6 +171,7 @@ struct Shapes {
 
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
+    tablevault_worker::process::end_quietly_on_closed_output();
     let result = match Cli::parse().command {
         Bench::Backup(c) => run_backup_bench(&c.into()).await,
         Bench::Restore(c) => run_restore_bench(&c.into()).await,

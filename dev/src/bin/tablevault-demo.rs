@@ -53,6 +53,7 @@ struct DemoReport {
 
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
+    tablevault_worker::process::end_quietly_on_closed_output();
     let args = Args::parse();
     match run(args).await {
         Ok(()) => std::process::ExitCode::SUCCESS,
