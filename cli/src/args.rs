@@ -35,7 +35,8 @@ use tokio_util::sync::CancellationToken;
 /// backup could not be removed: run again to finish), 2 usage or configuration error
 /// (also prune without a keep rule, and forget of a backup that must stay: the newest
 /// complete one, one a live restore reads, one still in progress), 3 incomplete
-/// (poisoned tasks), 4 verification mismatch, 130 interrupted.
+/// (poisoned tasks), 4 verification mismatch, 130 interrupted, 141 output closed by its
+/// reader (`... | head`).
 #[derive(Parser, Debug)]
 #[command(name = "tablevault", version, about, long_about)]
 pub struct Cli {

@@ -260,8 +260,8 @@ async fn backup_status_and_list_with_json_output() {
 }
 
 /// A reader that stops early (`tablevault list --json | head -1`) ends the command
-/// quietly. Rust ignores SIGPIPE, and the first print to the closed pipe panicked with a
-/// backtrace (exit code 101).
+/// quietly with exit code 141. Rust ignores SIGPIPE, and the first print to the closed
+/// pipe panicked with a backtrace (exit code 101).
 #[tokio::test(flavor = "multi_thread")]
 async fn a_closed_output_ends_the_command_without_a_panic() {
     let env = TestEnv::start().await;
@@ -282,7 +282,7 @@ async fn a_closed_output_ends_the_command_without_a_panic() {
     .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!stderr.contains("panicked"), "{stderr}");
-    assert_ne!(out.status.code(), Some(101), "{stderr}");
+    assert_eq!(out.status.code(), Some(141), "{stderr}");
 }
 
 /// A connection string whose every endpoint is `endpoint`.

@@ -62,19 +62,31 @@ pub fn tune_allocator() {
     }
 }
 
-/// Lets a closed standard output end the process quietly, as it ends other Unix tools
-/// (`tablevault list --json | head -1`). Rust ignores SIGPIPE, so every print to a
-/// closed pipe failed and `println!` panicked with a backtrace (exit code 101). Sockets
-/// are not affected: the standard library sends on them with `MSG_NOSIGNAL` (Linux)
-/// or sets `SO_NOSIGPIPE` (macOS), so a reset connection is still an error to retry.
+/// Lets a closed standard output end the process quietly, with exit code 141 (what a
+/// shell reports for a tool ended by SIGPIPE), as it ends other Unix tools
+/// (`tablevault list --json | head -1`): the first print to a closed pipe made
+/// `println!` panic with a backtrace (exit code 101). SIGPIPE itself stays ignored:
+/// with its default action, a write to an HTTP connection the service had reset
+/// (vectored writes send no `MSG_NOSIGNAL`) would kill the process instead of failing
+/// one request that is retried.
 pub fn end_quietly_on_closed_output() {
-    #[cfg(unix)]
-    // SAFETY: restores the default disposition of one signal; the call changes no
-    // memory of this process and is safe from any thread.
-    unsafe {
-        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
-    }
+    let report = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let message = info
+            .payload()
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| info.payload().downcast_ref::<&str>().copied())
+            .unwrap_or_default();
+        if message.starts_with("failed printing to stdout") && message.contains("os error 32") {
+            std::process::exit(CLOSED_OUTPUT_EXIT);
+        }
+        report(info);
+    }));
 }
+
+/// Exit code after standard output was closed by its reader: 128 + SIGPIPE.
+pub const CLOSED_OUTPUT_EXIT: i32 = 141;
 
 /// A token cancelled on the first Ctrl-C or SIGTERM. A second one exits the process at
 /// once with code 130 (what a job leaves behind is always resumable).
