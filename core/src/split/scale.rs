@@ -151,27 +151,31 @@ fn script_letters(units: &[u32]) -> Vec<u32> {
     if seen.len() < MIN_LETTERS {
         return Vec::new();
     }
-    let within = |&(first, last): &(char, char)| {
-        let (first, last) = (ord(first), ord(last));
-        seen.iter()
-            .all(|u| (first..=last).contains(u))
-            .then_some((first, last))
-    };
     // Emoji of one block: every one of them. Measured in a sample of all 2,048
     // pictographs, names drawn from the 80 emoticons left the space above them
     // looking 25 times as large as it was; and few such keys lie within LETTER_GAP of
     // each other (four of them seldom do), so a run of letters was found when a cut
     // was measured and not when it was placed.
-    if let Some((first, last)) = EMOJI_BLOCKS.iter().find_map(within) {
+    if let Some((first, last)) = block_holding(&seen, &EMOJI_BLOCKS) {
         return (first..=last).collect();
     }
     // Ideographs, syllables, pictographs: all in one large block, whose characters
     // keys of such names spread over; it is sampled evenly.
-    if let Some((first, last)) = LARGE_SCRIPTS.iter().find_map(within) {
+    if let Some((first, last)) = block_holding(&seen, &LARGE_SCRIPTS) {
         let step = (last - first).div_ceil(MAX_LETTERS as u32);
         return (first..=last).step_by(step as usize).collect();
     }
     one_alphabet(&seen).unwrap_or_default()
+}
+
+/// The first of `blocks` (first and last character) that holds every one of `seen`
+/// (sorted), as ords.
+fn block_holding(seen: &[u32], blocks: &[(char, char)]) -> Option<(u32, u32)> {
+    let (&lo, &hi) = (seen.first()?, seen.last()?);
+    blocks
+        .iter()
+        .map(|&(first, last)| (ord(first), ord(last)))
+        .find(|(first, last)| *first <= lo && hi <= *last)
 }
 
 /// The letters of one alphabet, when `seen` (sorted, distinct) are: each character less
@@ -197,43 +201,40 @@ fn one_alphabet(seen: &[u32]) -> Option<Vec<u32>> {
     // `ֆ` to come) measuring a third of the space up to the ceiling, so the rest of
     // 6,009 entities was estimated at 1,800, under the 2,000 worth a split, and one
     // task read the whole table (split soak seed 30).
-    if let Some(&(first, last)) = SMALL_SCRIPTS
-        .iter()
-        .find(|(first, last)| (*first..=*last).contains(&lo) && (*first..=*last).contains(&hi))
-    {
+    if let Some((first, last)) = block_holding(seen, &SMALL_SCRIPTS) {
         from = from.min(first);
         to = to.max(last);
     }
     (((to - from) as usize) < MAX_LETTERS).then(|| (from..=to).collect())
 }
 
-/// The letters of small alphabets keys are written in (ords), the first holding all
+/// The letters of small alphabets keys are written in, the first holding all
 /// the letters seen is used: a script's lower or upper case before both (lower-case
 /// Cyrillic names measured with the upper case beside them, or the letters beside the
 /// basic 32, had the rest of a page estimated at half as much again, and cut too
 /// high: a table of 3,500 kept three quarters with its first task in half the model's
 /// seeds). Latin-1's letters, Latin Extended-A, Greek, Cyrillic, Armenian, Hebrew,
 /// Arabic, Devanagari, Thai, Hiragana, Katakana.
-const SMALL_SCRIPTS: [(u32, u32); 19] = [
-    (0xC0, 0xDE),
-    (0xDF, 0xFF),
-    (0xC0, 0xFF),
-    (0x100, 0x17F),
-    (0x386, 0x3AB),
-    (0x3AC, 0x3CE),
-    (0x386, 0x3CE),
-    (0x410, 0x42F),
-    (0x430, 0x44F),
-    (0x410, 0x44F),
-    (0x400, 0x45F),
-    (0x531, 0x556),
-    (0x561, 0x587),
-    (0x531, 0x587),
-    (0x5D0, 0x5EA),
-    (0x620, 0x64A),
-    (0x904, 0x97F),
-    (0xE01, 0xE5B),
-    (0x3041, 0x30FA),
+const SMALL_SCRIPTS: [(char, char); 19] = [
+    ('\u{C0}', '\u{DE}'),
+    ('\u{DF}', '\u{FF}'),
+    ('\u{C0}', '\u{FF}'),
+    ('\u{100}', '\u{17F}'),
+    ('\u{386}', '\u{3AB}'),
+    ('\u{3AC}', '\u{3CE}'),
+    ('\u{386}', '\u{3CE}'),
+    ('\u{410}', '\u{42F}'),
+    ('\u{430}', '\u{44F}'),
+    ('\u{410}', '\u{44F}'),
+    ('\u{400}', '\u{45F}'),
+    ('\u{531}', '\u{556}'),
+    ('\u{561}', '\u{587}'),
+    ('\u{531}', '\u{587}'),
+    ('\u{5D0}', '\u{5EA}'),
+    ('\u{620}', '\u{64A}'),
+    ('\u{904}', '\u{97F}'),
+    ('\u{E01}', '\u{E5B}'),
+    ('\u{3041}', '\u{30FA}'),
 ];
 
 /// Most letters [`script_letters`] adds (a large block's sample, one more): with
