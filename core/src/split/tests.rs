@@ -689,6 +689,22 @@ fn a_far_inherited_ceiling_is_tightened_before_the_rest_is_measured() {
     );
 }
 
+/// The ceiling a search finds above `lo` among the RowKeys of partition `p` of `t`
+/// (stopping where `settled` says), and the probes it sent.
+fn row_ceiling(
+    t: &Sorted,
+    lo: &str,
+    settled: &(dyn Fn(&str) -> bool + Sync),
+) -> (Option<String>, usize) {
+    let mut p = probe::Prober { probe: t, sent: 0 };
+    let dim = probe::Dimension::Rows {
+        partition: "p",
+        below: None,
+    };
+    let found = run(probe::find_ceiling_until(&mut p, &dim, lo, settled)).unwrap();
+    (found, p.sent)
+}
+
 /// A ceiling is searched for where keys first vary above `lo`. Rows numbered 7,380 to
 /// 12,259 vary at the ten-thousands: the ceiling found there, `…2`, is 7,700 above
 /// the last row, and a split's pieces placed by value up to it were mostly empty. Keys
@@ -702,14 +718,7 @@ fn a_ceiling_just_past_where_keys_vary_is_searched_one_place_finer() {
             .map(|i| EntityKey::new("p", format!("order-{i:010}")))
             .collect(),
     );
-    let ceiling = |t: &Sorted, lo: &str| {
-        let mut p = probe::Prober { probe: t, sent: 0 };
-        let dim = probe::Dimension::Rows {
-            partition: "p",
-            below: None,
-        };
-        run(probe::find_ceiling(&mut p, &dim, lo)).unwrap()
-    };
+    let ceiling = |t: &Sorted, lo: &str| row_ceiling(t, lo, &|_| false).0;
     assert_eq!(
         ceiling(&t, "order-0000009381").as_deref(),
         Some("order-0000013")
@@ -762,16 +771,7 @@ fn a_ceiling_search_asks_nothing_its_bound_already_answers() {
 #[test]
 fn a_finer_ceiling_costs_one_probe_where_keys_fill_the_place() {
     let t = one_partition("p", 20_000);
-    let ceiling = |lo: &str| {
-        let mut p = probe::Prober { probe: &t, sent: 0 };
-        let dim = probe::Dimension::Rows {
-            partition: "p",
-            below: None,
-        };
-        let found = run(probe::find_ceiling(&mut p, &dim, lo)).unwrap();
-        (found, p.sent)
-    };
-    let (coarse, all) = ceiling("00001000");
+    let (coarse, all) = row_ceiling(&t, "00001000", &|_| false);
     assert_eq!(coarse.as_deref(), Some("0002"));
     // The same search with keys that stop at the coarse ceiling's unit: the finer
     // step is all that differs.
@@ -781,18 +781,10 @@ fn a_finer_ceiling_costs_one_probe_where_keys_fill_the_place() {
             .cloned()
             .collect(),
     );
-    let mut p = probe::Prober {
-        probe: &fewer,
-        sent: 0,
-    };
-    let dim = probe::Dimension::Rows {
-        partition: "p",
-        below: None,
-    };
-    let finer = run(probe::find_ceiling(&mut p, &dim, "00001000")).unwrap();
+    let (finer, sent) = row_ceiling(&fewer, "00001000", &|_| false);
     assert_eq!(finer.as_deref(), Some("00015"));
     assert!(all <= 6, "{all} probes to keep the coarse ceiling");
-    assert!(p.sent <= 9, "{} probes for the finer one", p.sent);
+    assert!(sent <= 9, "{sent} probes for the finer one");
 }
 
 /// A remainder the coarse ceiling already measures too small to split needs no finer
@@ -807,17 +799,8 @@ fn a_ceiling_that_settles_the_split_is_not_refined() {
             .map(|i| EntityKey::new("p", format!("{i:05}")))
             .collect(),
     );
-    let dim = probe::Dimension::Rows {
-        partition: "p",
-        below: None,
-    };
-    let search = |settled: &(dyn Fn(&str) -> bool + Sync)| {
-        let mut p = probe::Prober { probe: &t, sent: 0 };
-        let found = run(probe::find_ceiling_until(&mut p, &dim, "00640", settled)).unwrap();
-        (found, p.sent)
-    };
-    let (finer, all) = search(&|_| false);
-    let (coarse, fewer) = search(&|_| true);
+    let (finer, all) = row_ceiling(&t, "00640", &|_| false);
+    let (coarse, fewer) = row_ceiling(&t, "00640", &|_| true);
     assert_eq!(finer.as_deref(), Some("00:"));
     assert_eq!(coarse.as_deref(), Some("01"));
     assert!(fewer + 3 <= all, "{fewer} probes against {all}");
