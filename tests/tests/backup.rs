@@ -363,8 +363,9 @@ async fn load_entity_keys(
 /// RowKeys, keys that share a prefix and differ in astral or top-of-BMP units, a
 /// small tenant and a large one under random prefixes (so in either order, in one
 /// character region or two), and names in one script (Cyrillic, Greek, accented
-/// Latin, Armenian, Hebrew, CJK, Hangul, emoticons). Each backup is exact, its ranges tile the
-/// key space, and no task of a first backup read three quarters of the table. Seeds:
+/// Latin, Armenian, Hebrew, CJK, Hangul, emoticons). Each backup is exact, its ranges
+/// tile the key space, and no task of a first backup read three quarters of the
+/// table. Seeds:
 /// `TABLEVAULT_SPLIT_SEEDS` of them (default 1), from `TABLEVAULT_SPLIT_SEED_FROM`
 /// (default 0).
 #[tokio::test]

@@ -26,7 +26,8 @@ enum Bench {
     /// ceiling.
     Restore(Common),
     /// Backup speed by key shape (sequential, GUID, Zipf, one partition, two tenants,
-    /// Cyrillic names, many small tables) next to a sequential single-connection scan of the same data.
+    /// Cyrillic and emoji names, many small tables) next to a sequential
+    /// single-connection scan of the same data.
     Shapes(Shapes),
     /// Backup and restore against a model of Azure's published limits (2,000 entities/s
     /// per partition, 20,000/s per account, 503 beyond), in virtual time.
