@@ -1645,8 +1645,8 @@ fn backup_model(t: &Sorted, workers: usize) -> (Vec<usize>, usize) {
 /// Two tenants either way round and in one or two scripts, Zipf-like partition sizes,
 /// sequential, GUID and one-partition keys, keys from every region, keys sharing a
 /// prefix, names in Cyrillic, Greek, accented Latin, CJK, Hangul and emoji (one block
-/// of them, and two), and tenants under CJK and Hangul prefixes; 50,000 entities each
-/// (GUID 20,000).
+/// of them, and two), one partition of emoji RowKeys, and tenants under CJK and Hangul
+/// prefixes; 50,000 entities each (GUID and emoji RowKeys 20,000).
 const MODEL_PROBES: usize = 60;
 
 #[test]
@@ -1700,6 +1700,7 @@ fn four_workers_share_every_shape() {
             names_in(0x1F300, 0x350, 50_000),
             2.0,
         ),
+        ("emoji RowKeys, one partition", emoji_rows(20_000), 2.0),
         ("CJK tenants", tenants("東京都", "大阪府"), 2.0),
         ("Hangul tenants", tenants("서울", "부산광역"), 2.0),
     ] {
@@ -1743,6 +1744,26 @@ fn names_in(first: u32, letters: u32, n: usize) -> Sorted {
         }
     }
     Sorted::new(keys)
+}
+
+/// `n` entities in one partition under RowKeys of two to six emoticons and a number
+/// (`😄😁😛-566`): one script's letters mixed with ASCII in every key, so no density
+/// read carries over to the rest ([`one_region`](super::scale::one_region)) and every
+/// cut is probed.
+fn emoji_rows(n: usize) -> Sorted {
+    let mut next = below(7);
+    let mut rows = std::collections::BTreeSet::new();
+    while rows.len() < n {
+        let emoji: String = (0..2 + next(5))
+            .map(|_| char::from_u32(0x1F600 + next(80) as u32).expect("an emoticon"))
+            .collect();
+        rows.insert(format!("{emoji}-{}", next(1000)));
+    }
+    Sorted::new(
+        rows.into_iter()
+            .map(|rk| EntityKey::new("emoji-tenant", rk))
+            .collect(),
+    )
 }
 
 /// `n` entities under GUID PartitionKeys whose sizes follow 1/rank over `n / 100`
@@ -1821,23 +1842,4 @@ fn a_first_page_of_names_measures_their_whole_alphabet() {
         split.estimate
     );
     assert!(above >= 1_500, "the upper part holds {above}");
-}
-
-#[test]
-fn zz_emoji_rows() {
-    let mut next = below(7);
-    let mut set = std::collections::BTreeSet::new();
-    while set.len() < 20_000 {
-        let k: String = (0..2 + next(5))
-            .map(|_| char::from_u32(0x1F600 + next(80) as u32).unwrap())
-            .collect();
-        set.insert(format!("{k}-{}", next(1000)));
-    }
-    let t = Sorted::new(
-        set.into_iter()
-            .map(|rk| EntityKey::new("emoji-tenant", rk))
-            .collect(),
-    );
-    let (tasks, probes) = backup_model(&t, 4);
-    eprintln!("EROWS {tasks:?} {probes}");
 }
