@@ -118,6 +118,23 @@ pub(super) fn cut_share(
     }
 }
 
+/// Whether the `read` entities measure the remainder from `lo` up to `hi` (one region,
+/// far enough along) and find it too small for a task that has read `task_read` to end
+/// at one and a half times the waiting task's `outweigh` ([`cut_share`]). The
+/// remainder from any higher key is smaller still, so no cut above `lo` would be made.
+pub(super) fn rest_cannot_outweigh(
+    read: Option<(&str, u64)>,
+    hi: Option<&str>,
+    lo: &str,
+    outweigh: Option<u64>,
+    task_read: u64,
+) -> bool {
+    let measured = read.is_some_and(|(from, _)| {
+        one_region(from, lo, hi) && measured_fraction(from, hi, lo).is_some()
+    });
+    measured && outweigh.is_some() && cut_share(read, None, hi, lo, outweigh, task_read).is_none()
+}
+
 /// Whether a task that has read `task_read` entities has read as much as a waiting task
 /// estimated at `waiting` (and enough to split at all): it is then likely the larger.
 pub(super) fn outreads(task_read: u64, waiting: u64) -> bool {

@@ -945,6 +945,43 @@ fn a_range_is_split_while_a_task_waits_only_if_it_would_end_at_one_and_a_half_ti
     assert_eq!(blind, None);
 }
 
+/// Beside a waiting task it cannot outweigh, a task whose page ended inside a
+/// partition sends no probe for the next one: the remainder measured from the
+/// partition it is in is already too small, and from the next one it is smaller. The
+/// probe used to be sent and the split then declined (7 of the split model's 50 probes
+/// with Zipf-like partition sizes).
+#[test]
+fn a_task_that_cannot_outweigh_a_waiting_one_does_not_look_for_the_next_partition() {
+    let t = sequential(20_000);
+    // Read keys 0..2,200, stopping inside a partition of 500 whose end the page did not
+    // show; about 9,800 are left before the end.
+    let (i, end) = (2_199, t.0[12_000].clone());
+    let read = plain_read(&t.0[0], 2_200);
+    let split = |outweigh| {
+        let counting = CountingProbe::new(&t);
+        let found = run(find_split(
+            &counting,
+            &t.0[i],
+            None,
+            Some(&end),
+            None,
+            Some(read),
+            outweigh,
+            true,
+        ))
+        .unwrap();
+        (found, counting.sent())
+    };
+    assert_eq!(
+        split(Some(10_000)),
+        (None, 0),
+        "2,200 and 9,800 do not outweigh 10,000"
+    );
+    let (found, probes) = split(Some(4_000));
+    assert!(found.is_some(), "2,200 and 9,800 outweigh 4,000");
+    assert!(probes >= 1, "the next partition is probed for");
+}
+
 #[test]
 fn a_small_remainder_is_not_split() {
     let t = guid_partitions(20_000);
