@@ -283,14 +283,15 @@ pub fn midpoint(lo: &str, hi: Option<&str>) -> String {
 }
 
 /// The number space [`point_at`] and [`fraction`] work in between two bounds: their
-/// common prefix dropped, then `places` characters (as [`ord`]s) read as digits of the
-/// alphabet the bounds' tails use (their character classes; the dense alphabet without
-/// `hi`). Digit 0 means "no character".
+/// common prefix dropped, then `places` characters (as [`ord`]s) read as digits, each
+/// place in its own alphabet: the letters of the alphabet the tails use (their
+/// character classes; the dense alphabet without `hi`) that the tails' characters at
+/// that place stand for ([`place_alphabet`]). Digit 0 means "no character".
 struct Scale {
     lo: Vec<u32>,
     common: usize,
-    alpha: std::borrow::Cow<'static, [u32]>,
-    places: usize,
+    /// Each place's alphabet.
+    alphas: Vec<std::borrow::Cow<'static, [u32]>>,
     /// The value of `hi`, or the top of the space.
     high: u64,
 }
@@ -301,52 +302,60 @@ impl Scale {
         let a = ords(lo);
         let b: Option<Vec<u32>> = hi.map(ords);
         let common = b.as_ref().map_or(0, |b| common_units(&a, b));
-        let alpha = match &b {
+        let alphas = match &b {
             Some(b) => {
                 let tail = |v: &[u32]| v[common..].iter().take(places).copied().collect::<Vec<_>>();
-                let also: Vec<Vec<u32>> = also
+                let mut tails: Vec<Vec<u32>> = also
                     .iter()
                     .map(|k| ords(k))
                     .filter(|k| k.len() >= common)
                     .map(|k| tail(&k))
                     .collect();
-                let mut tails: Vec<&[u32]> = also.iter().map(Vec::as_slice).collect();
-                let lo_tail = tail(&a);
-                tails.push(&lo_tail);
-                let local = local_alphabet(&tails, &tail(b));
+                tails.push(tail(&a));
+                let slices: Vec<&[u32]> = tails.iter().map(Vec::as_slice).collect();
+                let high_tail = tail(b);
+                let local = local_alphabet(&slices, &high_tail);
+                tails.push(high_tail);
                 if local.is_empty() {
-                    std::borrow::Cow::Borrowed(dense_ords())
+                    vec![std::borrow::Cow::Borrowed(dense_ords()); places]
                 } else {
-                    std::borrow::Cow::Owned(local)
+                    (0..places)
+                        .map(|i| {
+                            let seen: Vec<u32> =
+                                tails.iter().filter_map(|t| t.get(i).copied()).collect();
+                            std::borrow::Cow::Owned(place_alphabet(&local, &seen))
+                        })
+                        .collect()
                 }
             }
-            None => std::borrow::Cow::Borrowed(dense_ords()),
+            None => vec![std::borrow::Cow::Borrowed(dense_ords()); places],
         };
         let mut scale = Scale {
             lo: a,
             common,
-            alpha,
-            places,
+            alphas,
             high: 0,
         };
         scale.high = match &b {
             Some(b) => scale.value(b),
-            None => scale.base().pow(places as u32) - 1,
+            None => (0..places).map(|i| scale.base(i)).product::<u64>() - 1,
         };
         scale
     }
 
-    fn base(&self) -> u64 {
-        self.alpha.len() as u64 + 1
+    /// The radix of place `i`.
+    fn base(&self, i: usize) -> u64 {
+        self.alphas[i].len() as u64 + 1
     }
 
     /// The value of the `places` characters after the common prefix.
     fn value(&self, v: &[u32]) -> u64 {
-        let base = self.base();
-        (0..self.places).fold(0u64, |acc, i| {
-            acc * base
-                + v.get(self.common + i)
-                    .map_or(0, |&u| rank_in(&self.alpha, u) + 1)
+        (0..self.alphas.len()).fold(0u64, |acc, i| {
+            let alpha = &self.alphas[i];
+            let digit = v
+                .get(self.common + i)
+                .map_or(0, |&u| (rank_in(alpha, u) + 1).min(alpha.len() as u64));
+            acc * self.base(i) + digit
         })
     }
 
@@ -355,11 +364,45 @@ impl Scale {
     }
 }
 
+/// The letters of `local` (an alphabet of tails) that a place can hold, given the
+/// characters tails have there (`seen`): the ASCII letters of their classes (digits,
+/// hex or other letters by case, each punctuation mark alone) and, where any is not
+/// ASCII, the letters beyond ASCII. One alphabet for every place made keys of a fixed
+/// format look spread over values none can take: the place after `2026-02` holds `-`
+/// in every date, and read as one of eleven characters, a cut by value between
+/// `2026-02-02` and `2026-03` fell at `2026-02122`, above every key of February, so a
+/// task of PartitionKeys that are dates read a third of the table (split model, 500
+/// entities a day).
+fn place_alphabet(local: &[u32], seen: &[u32]) -> Vec<u32> {
+    // Past every tail's end, the whole alphabet: fractions count steps of the last
+    // place they read ([`MEASURED_STEPS`]).
+    if seen.is_empty() {
+        return local.to_vec();
+    }
+    let ascii = |u: u32| u <= 0x7E;
+    let beyond = seen.iter().any(|&u| !ascii(u));
+    let alnum = |u: u32| char::from_u32(u).is_some_and(|c| c.is_ascii_alphanumeric());
+    let letters = seen.iter().any(|&u| alnum(u));
+    local
+        .iter()
+        .copied()
+        .filter(|&a| {
+            if alnum(a) {
+                letters
+            } else if ascii(a) {
+                seen.contains(&a)
+            } else {
+                beyond
+            }
+        })
+        .collect()
+}
+
 /// Like [`midpoint`], but the point a fraction `share` (0 to 1) of the way from `lo` to
 /// `hi`.
 pub fn point_at(lo: &str, hi: Option<&str>, share: f64) -> String {
     let scale = Scale::new(lo, hi, DIGITS, &[]);
-    let (low, high, base) = (scale.low(), scale.high, scale.base());
+    let (low, high) = (scale.low(), scale.high);
     let share = if share.is_finite() {
         share.clamp(0.0, 1.0)
     } else {
@@ -367,22 +410,22 @@ pub fn point_at(lo: &str, hi: Option<&str>, share: f64) -> String {
     };
     let mut mid = low + (high.saturating_sub(low) as f64 * share) as u64;
     let mut tail = Vec::with_capacity(DIGITS);
-    for _ in 0..DIGITS {
-        tail.push(mid % base);
-        mid /= base;
+    for i in (0..DIGITS).rev() {
+        tail.push(mid % scale.base(i));
+        mid /= scale.base(i);
     }
     tail.reverse();
     let mut m: String = scale.lo[..scale.common]
         .iter()
         .map(|&o| char_at(o))
         .collect();
-    for d in tail {
+    for (i, d) in tail.into_iter().enumerate() {
         // Digit 0 ("no character") can only be followed by more zeros in a valid
         // midpoint; stop there.
         if d == 0 {
             break;
         }
-        m.push(char_at(scale.alpha[(d - 1) as usize]));
+        m.push(char_at(scale.alphas[i][(d - 1) as usize]));
     }
     // Ranks are floors, so between two anchors the midpoint can land at or below `lo`;
     // the smallest step above `lo` is still a useful probe.
@@ -644,6 +687,26 @@ mod tests {
         assert!(
             base.checked_pow(FRACTION_PLACES as u32).is_some(),
             "base {base}"
+        );
+    }
+
+    /// Regression: dates as keys. With one alphabet for every place, the place after
+    /// `2026-02` (a `-` in every date) read as one of eleven characters, so a cut
+    /// between `2026-02-02` and `2026-03` fell above every date of February (at
+    /// `2026-02122`).
+    #[test]
+    fn a_separator_every_key_has_at_one_place_is_that_place_alone() {
+        for share in [0.1, 0.3, 0.5, 0.7, 0.9] {
+            let at = point_at("2026-02-02", Some("2026-03"), share);
+            assert!(at.starts_with("2026-02-"), "{share}: {at:?}");
+        }
+        // Where a place holds letters in one key and a separator in another, both.
+        assert_eq!(
+            place_alphabet(
+                &local_alphabet(&[&ords("ab-c"), &ords("abcd")], &[]),
+                &[0x2D, 0x63]
+            ),
+            local_alphabet(&[&ords("ab-c"), &ords("abcd")], &[])
         );
     }
 
