@@ -1880,3 +1880,139 @@ fn a_first_page_of_names_measures_their_whole_alphabet() {
     );
     assert!(above >= 1_500, "the upper part holds {above}");
 }
+
+#[test]
+fn zz_shapes() {
+    let mut next = below(99);
+    let b64: Vec<char> = ('A'..='Z')
+        .chain('a'..='z')
+        .chain('0'..='9')
+        .chain(['+', '='])
+        .collect();
+    let shapes: Vec<(&str, Sorted)> = vec![
+        (
+            "unpadded numbers",
+            Sorted::new(
+                (0..50_000u64)
+                    .map(|i| EntityKey::new(format!("{}", i / 10), format!("{i}")))
+                    .collect(),
+            ),
+        ),
+        (
+            "dates x 500",
+            Sorted::new(
+                (0..50_000u64)
+                    .map(|i| {
+                        EntityKey::new(
+                            format!("2026-{:02}-{:02}", 1 + i / 500 / 28, 1 + (i / 500) % 28),
+                            format!("{i:06}"),
+                        )
+                    })
+                    .collect(),
+            ),
+        ),
+        (
+            "reverse ticks one partition",
+            Sorted::new(
+                (0..50_000u64)
+                    .map(|i| {
+                        EntityKey::new(
+                            "log",
+                            format!("{:019}", 2_519_000_000_000_000_000u64 - i * 9_876_543_211),
+                        )
+                    })
+                    .collect(),
+            ),
+        ),
+        (
+            "base64 ids",
+            Sorted::new(
+                (0..50_000)
+                    .map(|_| {
+                        EntityKey::new(
+                            (0..22).map(|_| b64[next(64) as usize]).collect::<String>(),
+                            "r",
+                        )
+                    })
+                    .collect(),
+            ),
+        ),
+        (
+            "ULID-ish",
+            Sorted::new(
+                (0..50_000u64)
+                    .map(|i| {
+                        EntityKey::new(
+                            format!(
+                                "01J{:010X}{}",
+                                1_700_000_000u64 + i * 37,
+                                (0..10).map(|_| b64[next(26) as usize]).collect::<String>()
+                            ),
+                            "r",
+                        )
+                    })
+                    .collect(),
+            ),
+        ),
+        (
+            "emails",
+            Sorted::new(
+                (0..50_000)
+                    .map(|_| {
+                        EntityKey::new(
+                            "users",
+                            format!(
+                                "{}{}@{}.com",
+                                (0..3 + next(8))
+                                    .map(|_| b64[26 + next(26) as usize])
+                                    .collect::<String>(),
+                                next(100),
+                                ["gmail", "outlook", "contoso", "yahoo"][next(4) as usize]
+                            ),
+                        )
+                    })
+                    .collect(),
+            ),
+        ),
+        (
+            "upper-case hex rows",
+            Sorted::new(
+                (0..50_000u64)
+                    .map(|i| {
+                        EntityKey::new(
+                            "p",
+                            format!("{:016X}", i.wrapping_mul(0x9E37_79B9_7F4A_7C15)),
+                        )
+                    })
+                    .collect(),
+            ),
+        ),
+    ];
+    for (name, t) in shapes {
+        let (tasks, probes) = backup_model(&t, 4);
+        let total: usize = tasks.iter().sum();
+        let largest = *tasks.iter().max().unwrap();
+        eprintln!(
+            "SH {name}: {} tasks {probes} probes {:.2} (n={total}) {:?}",
+            tasks.len(),
+            (largest * tasks.len()) as f64 / total as f64,
+            tasks
+        );
+    }
+}
+
+#[test]
+fn zz_dates() {
+    let t = Sorted::new(
+        (0..50_000u64)
+            .map(|i| {
+                EntityKey::new(
+                    format!("2026-{:02}-{:02}", 1 + i / 500 / 28, 1 + (i / 500) % 28),
+                    format!("{i:06}"),
+                )
+            })
+            .collect(),
+    );
+    let (tasks, probes) = backup_model(&t, 4);
+    eprintln!("DATES {tasks:?} {probes}");
+}

@@ -49,6 +49,7 @@ const SHAPES: &[&str] = &[
     "tenants",
     "cyrillic",
     "emoji",
+    "dates",
     "small-tables",
 ];
 
@@ -148,6 +149,9 @@ fn shaped(shape: &str, i: u64, n: u64, small_tables: u64) -> (u64, Entity) {
         // Names in characters above the BMP (surrogate pairs in the service's order):
         // four to eight emoticons, ten entities each.
         "emoji" => (0, emoji_word(i / 10), format!("order-{i:010}")),
+        // A partition per day (`2026-01-01`), 500 entities each: a common design, where
+        // each place of the keys holds a few of the digits and the separators are fixed.
+        "dates" => (0, day(i / 500), format!("order-{i:010}")),
         _ => {
             let per = n.div_ceil(small_tables.max(1));
             (
@@ -160,6 +164,18 @@ fn shaped(shape: &str, i: u64, n: u64, small_tables: u64) -> (u64, Entity) {
     e.partition_key = pk;
     e.row_key = rk;
     (table, e)
+}
+
+/// The date `d` days after 2026-01-01, as `YYYY-MM-DD` (years of 365 days).
+fn day(d: u64) -> String {
+    const MONTHS: [u64; 12] = [31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31];
+    let (year, mut left) = (2026 + d / 365, d % 365);
+    let mut month = 0;
+    while left >= MONTHS[month] {
+        left -= MONTHS[month];
+        month += 1;
+    }
+    format!("{year}-{:02}-{:02}", month + 1, left + 1)
 }
 
 /// A pseudo-random lower-case Cyrillic word (`а`-`я`) of four to eight letters for
@@ -605,6 +621,23 @@ mod tests {
         let first: std::collections::BTreeSet<char> =
             words.iter().filter_map(|w| w.chars().next()).collect();
         assert!(first.len() > 70, "{} first letters", first.len());
+    }
+
+    #[test]
+    fn dates_run_through_the_calendar_in_key_order() {
+        assert_eq!(day(0), "2026-01-01");
+        assert_eq!(day(31), "2026-02-01");
+        assert_eq!(day(58), "2026-02-28");
+        assert_eq!(day(59), "2026-03-01");
+        assert_eq!(day(364), "2026-12-31");
+        assert_eq!(day(365), "2027-01-01");
+        assert!(
+            (0..800)
+                .map(day)
+                .collect::<Vec<_>>()
+                .windows(2)
+                .all(|w| w[0] < w[1])
+        );
     }
 
     #[test]
