@@ -1682,8 +1682,9 @@ fn backup_model(t: &Sorted, workers: usize) -> (Vec<usize>, usize) {
 /// Two tenants either way round and in one or two scripts, Zipf-like partition sizes,
 /// sequential, GUID and one-partition keys, keys from every region, keys sharing a
 /// prefix, names in Cyrillic, Greek, accented Latin, CJK, Hangul and emoji (one block
-/// of them, and two), one partition of emoji RowKeys, and tenants under CJK and Hangul
-/// prefixes; 50,000 entities each (GUID and emoji RowKeys 20,000).
+/// of them, and two), one partition of emoji RowKeys, tenants under CJK and Hangul
+/// prefixes, and [`application_shapes`]; 50,000 entities each (GUID and emoji RowKeys
+/// 20,000).
 const MODEL_PROBES: usize = 60;
 
 #[test]
@@ -1740,7 +1741,10 @@ fn four_workers_share_every_shape() {
         ("emoji RowKeys, one partition", emoji_rows(20_000), 2.0),
         ("CJK tenants", tenants("東京都", "大阪府"), 2.0),
         ("Hangul tenants", tenants("서울", "부산광역"), 2.0),
-    ] {
+    ]
+    .into_iter()
+    .chain(application_shapes(50_000))
+    {
         let (tasks, probes) = backup_model(&t, 4);
         let total: usize = tasks.iter().sum();
         let largest = *tasks.iter().max().unwrap();
@@ -1881,138 +1885,72 @@ fn a_first_page_of_names_measures_their_whole_alphabet() {
     assert!(above >= 1_500, "the upper part holds {above}");
 }
 
-#[test]
-fn zz_shapes() {
+/// Key shapes common in applications, `n` entities each, from a fixed seed: base64
+/// PartitionKeys of 22 characters, one entity each; e-mail addresses as RowKeys of one
+/// partition; reverse-tick RowKeys (19 digits, newest first) in one partition;
+/// upper-case hex RowKeys; ULID-like PartitionKeys (`01J`, a time in ten upper-case hex
+/// digits, ten random letters); unpadded numbers as PartitionKeys, ten entities each.
+fn application_shapes(n: u64) -> Vec<(&'static str, Sorted, f64)> {
     let mut next = below(99);
     let b64: Vec<char> = ('A'..='Z')
         .chain('a'..='z')
         .chain('0'..='9')
         .chain(['+', '='])
         .collect();
-    let shapes: Vec<(&str, Sorted)> = vec![
-        (
-            "unpadded numbers",
-            Sorted::new(
-                (0..50_000u64)
-                    .map(|i| EntityKey::new(format!("{}", i / 10), format!("{i}")))
-                    .collect(),
-            ),
-        ),
-        (
-            "dates x 500",
-            Sorted::new(
-                (0..50_000u64)
-                    .map(|i| {
-                        EntityKey::new(
-                            format!("2026-{:02}-{:02}", 1 + i / 500 / 28, 1 + (i / 500) % 28),
-                            format!("{i:06}"),
-                        )
-                    })
-                    .collect(),
-            ),
-        ),
-        (
-            "reverse ticks one partition",
-            Sorted::new(
-                (0..50_000u64)
-                    .map(|i| {
-                        EntityKey::new(
-                            "log",
-                            format!("{:019}", 2_519_000_000_000_000_000u64 - i * 9_876_543_211),
-                        )
-                    })
-                    .collect(),
-            ),
-        ),
-        (
-            "base64 ids",
-            Sorted::new(
-                (0..50_000)
-                    .map(|_| {
-                        EntityKey::new(
-                            (0..22).map(|_| b64[next(64) as usize]).collect::<String>(),
-                            "r",
-                        )
-                    })
-                    .collect(),
-            ),
-        ),
-        (
-            "ULID-ish",
-            Sorted::new(
-                (0..50_000u64)
-                    .map(|i| {
-                        EntityKey::new(
-                            format!(
-                                "01J{:010X}{}",
-                                1_700_000_000u64 + i * 37,
-                                (0..10).map(|_| b64[next(26) as usize]).collect::<String>()
-                            ),
-                            "r",
-                        )
-                    })
-                    .collect(),
-            ),
-        ),
-        (
-            "emails",
-            Sorted::new(
-                (0..50_000)
-                    .map(|_| {
-                        EntityKey::new(
-                            "users",
-                            format!(
-                                "{}{}@{}.com",
-                                (0..3 + next(8))
-                                    .map(|_| b64[26 + next(26) as usize])
-                                    .collect::<String>(),
-                                next(100),
-                                ["gmail", "outlook", "contoso", "yahoo"][next(4) as usize]
-                            ),
-                        )
-                    })
-                    .collect(),
-            ),
-        ),
-        (
-            "upper-case hex rows",
-            Sorted::new(
-                (0..50_000u64)
-                    .map(|i| {
-                        EntityKey::new(
-                            "p",
-                            format!("{:016X}", i.wrapping_mul(0x9E37_79B9_7F4A_7C15)),
-                        )
-                    })
-                    .collect(),
-            ),
-        ),
-    ];
-    for (name, t) in shapes {
-        let (tasks, probes) = backup_model(&t, 4);
-        let total: usize = tasks.iter().sum();
-        let largest = *tasks.iter().max().unwrap();
-        eprintln!(
-            "SH {name}: {} tasks {probes} probes {:.2} (n={total}) {:?}",
-            tasks.len(),
-            (largest * tasks.len()) as f64 / total as f64,
-            tasks
-        );
-    }
-}
-
-#[test]
-fn zz_dates() {
-    let t = Sorted::new(
-        (0..50_000u64)
-            .map(|i| {
-                EntityKey::new(
-                    format!("2026-{:02}-{:02}", 1 + i / 500 / 28, 1 + (i / 500) % 28),
-                    format!("{i:06}"),
-                )
-            })
-            .collect(),
-    );
-    let (tasks, probes) = backup_model(&t, 4);
-    eprintln!("DATES {tasks:?} {probes}");
+    let mut word = |from: usize, of: u64, len: u64| -> String {
+        (0..len).map(|_| b64[from + next(of) as usize]).collect()
+    };
+    let base64 = (0..n)
+        .map(|_| EntityKey::new(word(0, 64, 22), "r"))
+        .collect();
+    let ulid = (0..n)
+        .map(|i| {
+            EntityKey::new(
+                format!("01J{:010X}{}", 1_700_000_000 + i * 37, word(0, 26, 10)),
+                "r",
+            )
+        })
+        .collect();
+    let mut next = below(98);
+    let domains = ["gmail", "outlook", "contoso", "yahoo"];
+    let emails = (0..n)
+        .map(|_| {
+            let name: String = (0..3 + next(8))
+                .map(|_| b64[26 + next(26) as usize])
+                .collect();
+            let at = format!("{name}{}@{}.com", next(100), domains[next(4) as usize]);
+            EntityKey::new("users", at)
+        })
+        .collect();
+    let ticks = (0..n)
+        .map(|i| {
+            EntityKey::new(
+                "log",
+                format!("{:019}", 2_519_000_000_000_000_000 - i * 9_876_543_211),
+            )
+        })
+        .collect();
+    let hex = (0..n)
+        .map(|i| {
+            EntityKey::new(
+                "p",
+                format!("{:016X}", i.wrapping_mul(0x9E37_79B9_7F4A_7C15)),
+            )
+        })
+        .collect();
+    let numbers = (0..n)
+        .map(|i| EntityKey::new(format!("{}", i / 10), format!("{i}")))
+        .collect();
+    // ULID-like keys and unpadded numbers use few of the values a place of their
+    // class can hold (hex digits among letters; a shorter number sorts among longer
+    // ones), so densities read across them are off several times over: only the
+    // quarter holds (README, limitations), as for dates, which not even that does.
+    vec![
+        ("base64 ids", Sorted::new(base64), 2.0),
+        ("e-mail RowKeys", Sorted::new(emails), 2.0),
+        ("reverse-tick RowKeys", Sorted::new(ticks), 2.0),
+        ("upper-case hex RowKeys", Sorted::new(hex), 2.0),
+        ("ULID-like ids", Sorted::new(ulid), f64::INFINITY),
+        ("unpadded numbers", Sorted::new(numbers), f64::INFINITY),
+    ]
 }
