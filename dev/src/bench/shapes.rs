@@ -394,8 +394,26 @@ fn median(rates: Vec<f64>) -> f64 {
     lower_median(rates, |r| *r).unwrap_or(f64::NAN)
 }
 
+/// An error naming the shapes asked for that do not exist (a misspelt `--only` ran
+/// nothing and printed an empty table).
+fn unknown_shapes(only: &[String]) -> anyhow::Result<()> {
+    let unknown: Vec<&str> = only
+        .iter()
+        .map(String::as_str)
+        .filter(|o| !SHAPES.contains(o))
+        .collect();
+    anyhow::ensure!(
+        unknown.is_empty(),
+        "no shape named {}; the shapes are {}",
+        unknown.join(", "),
+        SHAPES.join(", ")
+    );
+    Ok(())
+}
+
 /// Runs the shape benchmark and prints its table (or JSON).
 pub async fn run_shape_bench(opts: &ShapeOptions) -> anyhow::Result<()> {
+    unknown_shapes(&opts.only)?;
     let mut runs = Vec::new();
     for shape in SHAPES
         .iter()
@@ -621,6 +639,14 @@ mod tests {
         let first: std::collections::BTreeSet<char> =
             words.iter().filter_map(|w| w.chars().next()).collect();
         assert!(first.len() > 70, "{} first letters", first.len());
+    }
+
+    #[test]
+    fn a_shape_that_does_not_exist_is_an_error() {
+        assert!(unknown_shapes(&[]).is_ok());
+        assert!(unknown_shapes(&["dates".into(), "zipf".into()]).is_ok());
+        let e = unknown_shapes(&["zipf".into(), "date".into()]).unwrap_err();
+        assert!(e.to_string().contains("no shape named date;"), "{e}");
     }
 
     #[test]
