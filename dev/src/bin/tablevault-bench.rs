@@ -142,13 +142,13 @@ impl From<Common> for BenchOptions {
 #[derive(Args, Debug)]
 struct Shapes {
     /// Entities per shape.
-    #[arg(long, default_value_t = 20_000)]
+    #[arg(long, default_value_t = 20_000, value_parser = clap::value_parser!(u64).range(1..))]
     entities: u64,
     /// In-process workers.
-    #[arg(long, default_value_t = 4)]
-    workers: usize,
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=1024))]
+    workers: u32,
     /// Tables of the many-small-tables shape.
-    #[arg(long, default_value_t = 200)]
+    #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u64).range(1..))]
     small_tables: u64,
     /// Only these shapes (sequential, guid, zipf, one-partition, tenants, cyrillic,
     /// emoji, dates, small-tables).
@@ -179,7 +179,7 @@ async fn main() -> std::process::ExitCode {
         Bench::Shapes(s) => {
             run_shape_bench(&ShapeOptions {
                 entities: s.entities,
-                workers: s.workers,
+                workers: s.workers as usize,
                 small_tables: s.small_tables,
                 only: s.only,
                 compare: s.compare,
@@ -203,5 +203,24 @@ async fn main() -> std::process::ExitCode {
             eprintln!("error: {e:#}");
             std::process::ExitCode::FAILURE
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shapes_refuse_nothing_to_measure() {
+        for args in [
+            ["--entities", "0"],
+            ["--workers", "0"],
+            ["--small-tables", "0"],
+        ] {
+            let parsed =
+                Cli::try_parse_from(["tablevault-bench", "shapes"].into_iter().chain(args));
+            assert!(parsed.is_err(), "{args:?} is refused");
+        }
+        assert!(Cli::try_parse_from(["tablevault-bench", "shapes", "--entities", "1"]).is_ok());
     }
 }
