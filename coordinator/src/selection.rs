@@ -6,9 +6,10 @@ use tablevault_core::protocol::Manifest;
 
 use crate::{Error, Result};
 
-/// Parses `--rename` pairs (`from=to`).
+/// Parses `--rename` pairs (`from=to`). A table renamed twice is refused: only the
+/// first rename was used, and the table the user also named was silently not written.
 pub fn parse_renames(pairs: &[String]) -> Result<Vec<(String, String)>> {
-    pairs
+    let renames: Vec<(String, String)> = pairs
         .iter()
         .map(|p| {
             let (from, to) = p.split_once('=').ok_or_else(|| {
@@ -22,7 +23,18 @@ pub fn parse_renames(pairs: &[String]) -> Result<Vec<(String, String)>> {
             }
             Ok((from.to_string(), to.to_string()))
         })
-        .collect()
+        .collect::<Result<_>>()?;
+    for (i, (from, to)) in renames.iter().enumerate() {
+        if let Some((_, other)) = renames[..i]
+            .iter()
+            .find(|(f, _)| f.eq_ignore_ascii_case(from))
+        {
+            return Err(Error::invalid(format!(
+                "--rename: {from:?} is renamed twice, to {other:?} and to {to:?}"
+            )));
+        }
+    }
+    Ok(renames)
 }
 
 /// The (source, target) table pairs to work on: the named tables (all of the backup's
@@ -156,5 +168,11 @@ mod tests {
         assert!(select(&m, None, &clash).is_err());
         assert!(parse_renames(&["Orders".into()]).is_err());
         assert!(parse_renames(&["Orders=bad-name".into()]).is_err());
+        // One table renamed twice: only the first was used, silently.
+        let twice = parse_renames(&["Orders=Orders2".into(), "orders=Orders3".into()]);
+        assert!(
+            twice.is_err_and(|e| e.to_string().contains("renamed twice")),
+            "a table renamed twice is refused"
+        );
     }
 }
