@@ -6,6 +6,7 @@
 
 #![warn(missing_docs)]
 
+pub mod civil;
 pub mod format;
 pub mod job;
 pub mod keys;
