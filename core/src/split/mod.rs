@@ -15,6 +15,7 @@
 //!
 //! Probes are index seeks on the service and are bounded per split ([`MAX_PROBES`]).
 
+mod calendar;
 mod probe;
 mod scale;
 mod share;

@@ -3,6 +3,7 @@
 //! string, and a string is a share of the way. Pure functions; only their results'
 //! order against real keys matters, and callers check it.
 
+use super::calendar::Calendar;
 use crate::keys::cmp_keys;
 
 /// Code units a probe position is made of, in key order: printable ASCII (less the four
@@ -400,7 +401,13 @@ fn place_alphabet(local: &[u32], seen: &[u32]) -> Vec<u32> {
 
 /// Like [`midpoint`], but the point a fraction `share` (0 to 1) of the way from `lo` to
 /// `hi`.
+///
+/// Where the bounds differ inside a date, the point is a date too, the share of the way
+/// in time ([`Calendar`]).
 pub fn point_at(lo: &str, hi: Option<&str>, share: f64) -> String {
+    if let Some(at) = point_in_time(lo, hi, share) {
+        return at;
+    }
     let scale = Scale::new(lo, hi, DIGITS, &[]);
     let (low, high) = (scale.low(), scale.high);
     let share = if share.is_finite() {
@@ -436,6 +443,20 @@ pub fn point_at(lo: &str, hi: Option<&str>, share: f64) -> String {
     }
 }
 
+/// The date (and time) a `share` of the way from `lo` to `hi` in time, when the bounds
+/// differ inside a date ([`Calendar::between`]) and it lies strictly between them.
+fn point_in_time(lo: &str, hi: Option<&str>, share: f64) -> Option<String> {
+    let calendar = Calendar::between(lo, hi)?;
+    let (low, high) = calendar.bounds();
+    let share = if share.is_finite() {
+        share.clamp(0.0, 1.0)
+    } else {
+        0.5
+    };
+    let at = calendar.key(low + ((high - low) as f64 * share) as i64);
+    (cmp_keys(&at, lo).is_gt() && hi.is_some_and(|hi| cmp_keys(&at, hi).is_lt())).then_some(at)
+}
+
 /// How many units (or characters) two keys share from their start.
 pub(super) fn common_units<T: PartialEq>(a: &[T], b: &[T]) -> usize {
     a.iter().zip(b).take_while(|(x, y)| x == y).count()
@@ -451,7 +472,7 @@ pub fn fraction(lo: &str, hi: Option<&str>, key: &str) -> f64 {
     match steps(lo, hi, key) {
         Steps::Below => 0.0,
         Steps::Above => 1.0,
-        Steps::Between { up, span } => (up as f64 / span as f64).clamp(0.0, 1.0),
+        Steps::Between { up, span, .. } => (up as f64 / span as f64).clamp(0.0, 1.0),
     }
 }
 
@@ -465,9 +486,11 @@ const MEASURED_STEPS: u64 = 64;
 /// `key` lies within [`MEASURED_STEPS`] of `lo` in the space it reads.
 pub(super) fn measured_fraction(lo: &str, hi: Option<&str>, key: &str) -> Option<f64> {
     match steps(lo, hi, key) {
-        Steps::Between { up, span } if up >= MEASURED_STEPS => {
-            Some((up as f64 / span as f64).clamp(0.0, 1.0))
-        }
+        Steps::Between {
+            up,
+            span,
+            measured: true,
+        } => Some((up as f64 / span as f64).clamp(0.0, 1.0)),
         Steps::Above => Some(1.0),
         _ => None,
     }
@@ -479,8 +502,9 @@ enum Steps {
     Below,
     /// Above the bounds, or they leave no room.
     Above,
-    /// `up` steps above `lo`, of `span` to `hi`.
-    Between { up: u64, span: u64 },
+    /// `up` steps above `lo`, of `span` to `hi`; `measured`: far enough along to
+    /// extrapolate a density from ([`MEASURED_STEPS`]).
+    Between { up: u64, span: u64, measured: bool },
 }
 
 fn steps(lo: &str, hi: Option<&str>, key: &str) -> Steps {
@@ -498,9 +522,21 @@ fn steps(lo: &str, hi: Option<&str>, key: &str) -> Steps {
     if high <= low {
         return Steps::Above;
     }
-    Steps::Between {
-        up: scale.value(&k).saturating_sub(low),
-        span: high - low,
+    let up = scale.value(&k).saturating_sub(low);
+    // Where the bounds differ inside a date, the share of the way in time; whether it
+    // is far enough along to measure is still read in characters, so a bound far
+    // above the keys (years above them) is tightened first.
+    match Calendar::between(lo, hi).and_then(|c| Some((c.instant(key)?, c.bounds()))) {
+        Some((at, (first, last))) => Steps::Between {
+            up: (at.clamp(first, last) - first) as u64,
+            span: (last - first) as u64,
+            measured: up >= MEASURED_STEPS && at > first,
+        },
+        None => Steps::Between {
+            up,
+            span: high - low,
+            measured: up >= MEASURED_STEPS,
+        },
     }
 }
 
@@ -707,6 +743,21 @@ mod tests {
                 &[0x2D, 0x63]
             ),
             local_alphabet(&[&ords("ab-c"), &ords("abcd")], &[])
+        );
+    }
+
+    /// Regression: dates read as characters. Days use `01`-`31` of a hundred values
+    /// and months `01`-`12`, so halfway from January 15 to March 1 fell at `2026-02`,
+    /// February 1, 17 of the 45 days.
+    #[test]
+    fn dates_are_cut_and_measured_in_time() {
+        assert_eq!(point_at("2026-01-15", Some("2026-03"), 0.5), "2026-02-06");
+        let f = fraction("2026-01-15", Some("2026-03"), "2026-02-01");
+        assert!((f - 17.0 / 45.0).abs() < 1e-9, "{f}");
+        // Hours, under a prefix and without separators.
+        assert_eq!(
+            point_at("log-2026011522", Some("log-20260117"), 0.25),
+            "log-2026011604"
         );
     }
 
