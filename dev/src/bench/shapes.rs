@@ -50,6 +50,8 @@ const SHAPES: &[&str] = &[
     "cyrillic",
     "emoji",
     "dates",
+    "hours",
+    "times",
     "small-tables",
 ];
 
@@ -152,6 +154,23 @@ fn shaped(shape: &str, i: u64, n: u64, small_tables: u64) -> (u64, Entity) {
         // A partition per day (`2026-01-01`), 500 entities each: a common design, where
         // each place of the keys holds a few of the digits and the separators are fixed.
         "dates" => (0, day(i / 500), format!("order-{i:010}")),
+        // A partition per hour (`2026-01-01T00`), 100 entities each.
+        "hours" => (
+            0,
+            format!("{}T{:02}", day(i / 100 / 24), i / 100 % 24),
+            format!("order-{i:010}"),
+        ),
+        // One partition of events keyed by the time they happened, one every 7 seconds
+        // (`2026-01-01T00:00:07.000Z-7`).
+        "times" => {
+            let s = i * 7;
+            let t = format!("{:02}:{:02}:{:02}", s / 3_600 % 24, s / 60 % 60, s % 60);
+            (
+                0,
+                "events".to_string(),
+                format!("{}T{t}.000Z-{i}", day(s / 86_400)),
+            )
+        }
         _ => {
             let per = n.div_ceil(small_tables.max(1));
             (
@@ -647,6 +666,28 @@ mod tests {
         assert!(unknown_shapes(&["dates".into(), "zipf".into()]).is_ok());
         let e = unknown_shapes(&["zipf".into(), "date".into()]).unwrap_err();
         assert!(e.to_string().contains("no shape named date;"), "{e}");
+    }
+
+    #[test]
+    fn hours_and_times_are_in_key_order_and_well_formed() {
+        let keys = |shape: &str| -> Vec<(String, String)> {
+            (0..3_000)
+                .map(|i| {
+                    let (_, e) = shaped(shape, i, 3_000, 1);
+                    (e.partition_key, e.row_key)
+                })
+                .collect()
+        };
+        let hours = keys("hours");
+        assert_eq!(hours[0].0, "2026-01-01T00");
+        assert_eq!(hours[100 * 24].0, "2026-01-02T00");
+        let times = keys("times");
+        assert_eq!(times[1].1, "2026-01-01T00:00:07.000Z-1");
+        assert!(times[12_343 % 3_000].1.starts_with("2026-01-01T"));
+        assert!(keys("times").iter().all(|(pk, _)| pk == "events"));
+        for shape in [hours, times] {
+            assert!(shape.windows(2).all(|w| w[0] < w[1]));
+        }
     }
 
     #[test]

@@ -26,7 +26,8 @@ enum Bench {
     /// ceiling.
     Restore(Common),
     /// Backup speed by key shape (sequential, GUID, Zipf, one partition, two tenants,
-    /// Cyrillic and emoji names, dates, many small tables) next to a sequential
+    /// Cyrillic and emoji names, dates, hours, times as RowKeys, many small tables) next
+    /// to a sequential
     /// single-connection scan of the same data.
     Shapes(Shapes),
     /// Backup and restore against a model of Azure's published limits (2,000 entities/s
@@ -151,7 +152,7 @@ struct Shapes {
     #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u64).range(1..))]
     small_tables: u64,
     /// Only these shapes (sequential, guid, zipf, one-partition, tenants, cyrillic,
-    /// emoji, dates, small-tables).
+    /// emoji, dates, hours, times, small-tables).
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
     /// Also back up with the old planning (8 probed ranges, no splitting) in the same run.
