@@ -92,6 +92,9 @@ pub struct PartitionRead<'a> {
     pub entities: u64,
     /// Whether the page read ahead is still in it.
     pub continues: bool,
+    /// Whether it holds entities past the last one read (the first one read ahead is
+    /// in it).
+    pub more: bool,
 }
 
 /// A cut found by [`find_split`].
@@ -330,16 +333,22 @@ pub async fn find_split(
             .and_then(|r| r.partition)
             .is_some_and(|p| p.continues && p.entities >= LARGE_PARTITION_READ);
     // What was read measures the partitions after it by: not a large partition's
-    // entities (see below), and nothing when all of it lies in `from_pk`'s partition.
+    // entities (see below), and nothing when all of it lies in `from_pk`'s partition,
+    // or in the partition it is still reading (counted as if that partition ended
+    // where the read did, three partitions of 2,000 measured the two after the first
+    // at 500 and one task read all 6,000).
     let partitions_read = |from_pk: &str| {
-        read.filter(|r| r.first.pk != from_pk).and_then(|r| {
-            let entities = if r.largest_partition >= LARGE_PARTITION_READ {
-                r.entities - r.largest_partition.min(r.entities)
-            } else {
-                r.entities
-            };
-            (entities > 0).then_some((r.first.pk.as_str(), entities))
-        })
+        let only_current =
+            |r: &ReadSoFar<'_>| r.first.pk == after.pk && r.partition.is_some_and(|p| p.more);
+        read.filter(|r| r.first.pk != from_pk && !only_current(r))
+            .and_then(|r| {
+                let entities = if r.largest_partition >= LARGE_PARTITION_READ {
+                    r.entities - r.largest_partition.min(r.entities)
+                } else {
+                    r.entities
+                };
+                (entities > 0).then_some((r.first.pk.as_str(), entities))
+            })
     };
     // The tighter of the end and a ceiling learned above partition `pk`.
     let known_above = |learned: Option<&EntityKey>, pk: &str| {

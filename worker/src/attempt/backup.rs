@@ -443,6 +443,10 @@ impl BackupAttempt<'_> {
                                 .entities
                                 .last()
                                 .is_some_and(|e| e.partition_key == after.pk),
+                            more: page
+                                .entities
+                                .first()
+                                .is_some_and(|e| e.partition_key == after.pk),
                         }),
                         largest_partition,
                         last_page: last_page.as_ref().map(|(first, entities, largest)| PageRead {
