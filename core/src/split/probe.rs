@@ -7,7 +7,7 @@ use std::cmp::Ordering;
 use async_trait::async_trait;
 use tablevault_azure::table::{Cmp, Filter};
 
-use super::scale::{bump, point_at, point_below};
+use super::scale::{bump, point_below, point_by_characters};
 use super::share::cluster_bound;
 use crate::keys::{EntityKey, cmp_keys};
 
@@ -467,7 +467,7 @@ async fn bisect(
     while p.sent < MAX_PROBES {
         // The first probe goes where the caller wants the cut; when nothing lies at or
         // above it, the keys are lower, and halving finds them.
-        let mid = point_at(lo, hi.as_deref(), share);
+        let mid = point_by_characters(lo, hi.as_deref(), share);
         share = 0.5;
         if hi
             .as_deref()

@@ -918,6 +918,42 @@ fn a_partition_still_being_read_does_not_measure_the_ones_after_it() {
     }
 }
 
+/// Probes search for keys in characters, not in time: a ceiling found a place at a
+/// time (`log-21`) lies a century above keys of 1999 and 2000, and halving time from
+/// there spent the probes in empty decades, so the search ended at the first key above
+/// its last probe, a date no calendar has past all the others (`log-2000-13-01`): a
+/// task of 141 entities split off a table of 5,863 (split soak, seed 6).
+#[test]
+fn probes_for_a_cut_between_dates_search_in_characters() {
+    let mut keys: Vec<EntityKey> = (0..260u64)
+        .flat_map(|d| {
+            let (y, m, day) = crate::civil::civil_from_days(
+                crate::civil::days_from_civil(1999, 10, 8) + d as i64,
+            );
+            let pk = format!("log-{y:04}-{m:02}-{day:02}");
+            (0..40).map(move |r| EntityKey::new(pk.clone(), format!("{r:04}")))
+        })
+        .collect();
+    keys.extend((0..50).map(|r| EntityKey::new("log-2000-13-01", format!("{r:04}"))));
+    let t = Sorted::new(keys);
+    assert_eq!(t.0[0].pk, "log-1999-10-08");
+    let ceiling = EntityKey::partition_start("log-21");
+    let split = run(find_split(
+        &t,
+        &t.0[999],
+        Some(&t.0[1000]),
+        None,
+        Some(&ceiling),
+        Some(plain_read(&t.0[0], 1_000)),
+        None,
+        true,
+    ))
+    .unwrap()
+    .expect("9,450 entities are left");
+    let above = t.0.iter().filter(|k| **k >= split.at).count();
+    assert!(above >= 2_000, "{above} above {:?}", split.at);
+}
+
 /// Where nothing measures the rest, a task splits while another waits only once it
 /// has read that one's worth itself: it is then likely the larger.
 #[test]
