@@ -175,8 +175,10 @@ struct Cut {
 /// ([`cut_share`], [`fan_out`], [`cut_value`]); `None` when it is not worth cutting.
 ///
 /// Where the cut extrapolates that density far ([`CHECKED_EXTRAPOLATION`]), one probe
-/// asks whether it carries over: the first piece above the part kept (a fan-out's), or
-/// the lower half of the upper part (a cut in two by value), must hold a key. Keys read
+/// asks whether it carries over: the middle piece of a fan-out (the first one let a
+/// cluster that reached into it pass, the pieces above it empty: a task of 5,821 of
+/// 6,117 in the split model, one of 5,827 in the split soak), or the lower half of the
+/// upper part (a cut in two by value), must hold a key. Keys read
 /// in a cluster, the rest of the remainder a gap up to another (a tenant's
 /// `F-00050`-`F-00449` below another's `z-`), measured millions of entities in the
 /// gap: the part kept held every key of the cluster and the pieces above it none, so
@@ -216,7 +218,10 @@ async fn decide(
             .is_some_and(|rest| rest > CHECKED_EXTRAPOLATION * read);
     let checked = match (&fanned, hi.as_deref()) {
         _ if !far => None,
-        (Some((points, _)), _) if points.len() >= 2 => Some((points[0].clone(), points[1].clone())),
+        (Some((points, _)), _) if points.len() >= 2 => {
+            let i = (points.len() - 1) / 2;
+            Some((points[i].clone(), points[i + 1].clone()))
+        }
         (None, Some(hi)) => scale::point_below(input.lo, hi, cut.share).map(|at| {
             let half = scale::point_below(&at, hi, 0.5).unwrap_or_else(|| hi.to_string());
             (at, half)

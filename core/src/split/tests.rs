@@ -954,6 +954,31 @@ fn probes_for_a_cut_between_dates_search_in_characters() {
     assert!(above >= 2_000, "{above} above {:?}", split.at);
 }
 
+/// Pieces cut by a density carried far are checked in the middle, not at the first:
+/// hourly keys of two weeks with one impossible date far above them (`2000-13-01T06`,
+/// past December) have a ceiling in 2001 (`2000-14`). The first piece held keys, so
+/// the check passed; eleven of the others held none, and one 5,821 of 6,117 (split
+/// soak, seed 13: the first task kept 5,827 of 6,047). Checked in the middle, the gap
+/// is found and the keys are measured against their own ceiling: 2,571 at most.
+#[test]
+fn pieces_carried_far_are_checked_in_the_middle() {
+    let mut next = below(3);
+    let mut keys = Vec::new();
+    let mut hour = 0;
+    while keys.len() < 6_000 {
+        let s = crate::civil::days_from_civil(2000, 6, 13) * 86_400 + hour * 3_600;
+        let (y, m, d) = crate::civil::civil_from_days(s / 86_400);
+        let pk = format!("{y:04}-{m:02}-{d:02}T{:02}", s % 86_400 / 3_600);
+        keys.extend((0..1 + next(150)).map(|r| EntityKey::new(&pk, format!("{r:04}"))));
+        hour += 1 + next(7) as i64;
+    }
+    keys.extend((0..50).map(|r| EntityKey::new("2000-13-01T06", format!("{r:04}"))));
+    let t = Sorted::new(keys);
+    let (tasks, _) = backup_model(&t, 4);
+    let largest = *tasks.iter().max().unwrap();
+    assert!(2 * largest <= t.0.len(), "{tasks:?}");
+}
+
 /// Where nothing measures the rest, a task splits while another waits only once it
 /// has read that one's worth itself: it is then likely the larger.
 #[test]
