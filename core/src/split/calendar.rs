@@ -104,6 +104,65 @@ impl Format {
         Some((Format { seps }, end - at))
     }
 
+    /// Whether `s` is a date (and time) of this format, or the beginning of one, each
+    /// field within the calendar (anything may follow), or such a beginning with a
+    /// ceiling's last step past it. A bound past it (`2000-14`, a
+    /// ceiling above a key of the impossible month 13) has keys that are no dates
+    /// below it, and measured in time it lay months past the last real date: the
+    /// first task of a table ending in November kept four fifths of it (split soak).
+    fn admits(&self, s: &[char]) -> bool {
+        // Each field: its separator, its width, and the most it can be (a day's most
+        // is its month's). A field cut short is a ceiling's (`T3` above the hours of a
+        // day), whatever its digit.
+        let mut fields = vec![(None, 4, 9_999)];
+        fields.extend(
+            self.seps
+                .iter()
+                .zip([12, 31, 23, 59, 59])
+                .map(|(&sep, most)| (sep, 2, most)),
+        );
+        let (mut i, mut values) = (0, Vec::new());
+        for (sep, width, most) in fields {
+            if let Some(sep) = sep {
+                match s.get(i) {
+                    None => return true,
+                    Some(&c) if c == sep => i += 1,
+                    // A ceiling one step past the separator (`2026-01.` above a month's
+                    // days, `…01U` above a day's times).
+                    Some(&c) => return s.len() == i + 1 && u32::from(c) == u32::from(sep) + 1,
+                }
+            }
+            let mut v = 0;
+            for k in 0..width {
+                let Some(d) = s.get(i + k).and_then(|c| c.to_digit(10)) else {
+                    // Cut short: a beginning of a date, and so is a ceiling one step
+                    // past a `9` (`2026-0:`, the months from October); another
+                    // character: none.
+                    return s
+                        .get(i + k)
+                        .is_none_or(|&c| c == ':' && s.len() == i + k + 1);
+                };
+                v = v * 10 + i64::from(d);
+            }
+            i += width;
+            let most = match values.as_slice() {
+                [year, month] => {
+                    days_from_civil(*year, month + 1, 1) - days_from_civil(*year, *month, 1)
+                }
+                _ => most,
+            };
+            // A ceiling may end one past a field's most (`T24` above hours up to 23);
+            // not further (`2000-14` lies above a key of month 13).
+            let most = if s.len() == i { most + 1 } else { most };
+            let least = i64::from(matches!(values.len(), 1 | 2));
+            if v < least || v > most {
+                return false;
+            }
+            values.push(v);
+        }
+        true
+    }
+
     /// Seconds in the finest field's unit.
     fn unit(&self) -> i64 {
         UNIT_SECONDS[self.seps.len() - 2]
@@ -160,7 +219,8 @@ impl Calendar {
         let date_len = 10 - usize::from(format.seps[0].is_none()) * 2;
         let in_date = common < at + date_len;
         let in_clock = common < at + len && format.seps.get(3).is_some_and(|s| *s == Some(':'));
-        if !(in_date || in_clock) {
+        let h: Vec<char> = hi.chars().collect();
+        if !(in_date || in_clock) || !format.admits(h.get(at..).unwrap_or_default()) {
             return None;
         }
         let mut calendar = Calendar {
@@ -256,6 +316,24 @@ mod tests {
         let c = Calendar::between("log-2026-01-15T10:22", Some("log-2026-01-15T12")).unwrap();
         assert_eq!(c.bounds().1 - c.bounds().0, 98);
         assert_eq!(c.key(c.bounds().0 + 38), "log-2026-01-15T11:00");
+        // A bound past the calendar (month 14, day 32): keys that are no dates lie
+        // below it; one cut short is a date's beginning.
+        assert!(Calendar::between("2000-06-15", Some("2000-14")).is_none());
+        assert!(Calendar::between("20210624", Some("202114")).is_none());
+        assert!(Calendar::between("2026-01-15", Some("2026-01-33")).is_none());
+        assert!(Calendar::between("2026-01-15", Some("2026-01-32-")).is_none());
+        // Ceilings one step past a field or a separator.
+        for hi in ["2026-01-32", "2026-01.", "2026-13"] {
+            assert!(Calendar::between("2026-01-15", Some(hi)).is_some(), "{hi}");
+        }
+        assert!(Calendar::between("2026-01-15T10:22", Some("2026-01-15U")).is_some());
+        assert!(Calendar::between("2026-01-15T10:22", Some("2026-01-15T24")).is_some());
+        assert!(Calendar::between("2026-01-15", Some("2026-01-2")).is_some());
+        assert!(Calendar::between("2026-01-15", Some("2026-0:")).is_some());
+        assert!(Calendar::between("2026-01-15", Some("2026-0:1")).is_none());
+        assert!(Calendar::between("log-1999-10-31", Some("log-21")).is_some());
+        assert!(Calendar::between("2026-01-15T10", Some("2026-01-15T25")).is_none());
+        assert!(Calendar::between("2026-01-15T10:22", Some("2026-01-15T3")).is_some());
         // Bounds that share the date, with numbers after it, or a date that begins after
         // they differ: no calendar.
         assert!(Calendar::between("2026-01-15-0042", Some("2026-01-15-0099")).is_none());
