@@ -363,7 +363,8 @@ async fn load_entity_keys(
 /// RowKeys, keys that share a prefix and differ in astral or top-of-BMP units, a
 /// small tenant and a large one under random prefixes (so in either order, in one
 /// character region or two), and names in one script (Cyrillic, Greek, accented
-/// Latin, Armenian, Hebrew, CJK, Hangul, emoticons). Each backup is exact, its ranges
+/// Latin, Armenian, Hebrew, CJK, Hangul, emoticons), and dates and times in several
+/// formats ([`date_keys`]). Each backup is exact, its ranges
 /// tile the key space, and no task of a first backup read three quarters of the
 /// table. Seeds:
 /// `TABLEVAULT_SPLIT_SEEDS` of them (default 1), from `TABLEVAULT_SPLIT_SEED_FROM`
@@ -445,6 +446,7 @@ async fn splits_tile_tables_whose_keys_come_from_the_whole_alphabet() {
             }
         }
         shapes.push(("Letters", keys));
+        shapes.push(("Dates", date_keys(&mut rng)));
         for (name, keys) in shapes {
             let table = unique_table(name);
             let source = load_entity_keys(&client, &table, keys).await;
@@ -483,6 +485,59 @@ async fn splits_tile_tables_whose_keys_come_from_the_whole_alphabet() {
             }
         }
     }
+}
+
+/// About 6,000 keys holding dates and times, which splits read in time: from a random
+/// day of 1990-2044, in a random format (daily `2026-01-15`, `20260115` or
+/// `log-2026-01-15`; hourly `2026-01-15T10`; or ISO times as RowKeys of three
+/// partitions), with random gaps and partition sizes, and one partition in fifty a
+/// date no calendar has (`2026-02-30`, `2026-13-01`). 6,000 as for names: from a first
+/// page of such uneven partitions, the rest of 4,000 can be estimated under the 2,000
+/// worth a split. In the split model, tables of 6,000 daily keys (plain, without
+/// separators, under a prefix; 200 seeds each) had a first task read over three
+/// quarters in 8-11 seeds before splits read dates in time, and in none after.
+fn date_keys(rng: &mut rand::rngs::StdRng) -> Vec<(String, String)> {
+    use rand::Rng;
+    let date = |seconds: i64| {
+        let (y, m, d) = tablevault_core::civil::civil_from_days(seconds.div_euclid(86_400));
+        let s = seconds.rem_euclid(86_400);
+        (
+            format!("{y:04}-{m:02}-{d:02}"),
+            format!("{:02}:{:02}:{:02}", s / 3_600, s / 60 % 60, s % 60),
+        )
+    };
+    let format = rng.random_range(0..5);
+    let mut at = (7_305 + rng.random_range(0..20_000i64)) * 86_400;
+    let mut keys = Vec::new();
+    while keys.len() < 6000 {
+        if format == 4 {
+            at += rng.random_range(1..=600);
+            let (d, t) = date(at);
+            let pk = ["events", "jobs", "logs"][rng.random_range(0..3)];
+            keys.push((pk.to_string(), format!("{d}T{t}.000Z-{}", keys.len())));
+            continue;
+        }
+        let (d, t) = date(at);
+        let d = match rng.random_range(0..50) {
+            0 => format!("{}-30", &d[..7].replace("-01", "-02")),
+            1 => format!("{}-13-01", &d[..4]),
+            _ => d,
+        };
+        let pk = match format {
+            0 => d,
+            1 => d.replace('-', ""),
+            2 => format!("log-{d}"),
+            _ => format!("{d}T{}", &t[..2]),
+        };
+        for r in 0..rng.random_range(1..=150) {
+            keys.push((pk.clone(), format!("{r:04}")));
+        }
+        at += match format {
+            3 => 3_600 * rng.random_range(1..=5),
+            _ => 86_400 * rng.random_range(1..=3),
+        };
+    }
+    keys
 }
 
 /// A table's first task hands the rest to idle workers in pieces of one size, so no task
