@@ -403,7 +403,7 @@ fn place_alphabet(local: &[u32], seen: &[u32]) -> Vec<u32> {
 /// `hi`.
 ///
 /// Where the bounds differ inside a date, the point is a date too, the share of the way
-/// in time ([`Calendar`]).
+/// in time (`split::calendar`).
 pub fn point_at(lo: &str, hi: Option<&str>, share: f64) -> String {
     point_in_time(lo, hi, share).unwrap_or_else(|| point_by_characters(lo, hi, share))
 }
