@@ -27,3 +27,8 @@ pub fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
     let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
     era * 146_097 + doe - 719_468
 }
+
+/// Days in `month` (1-12) of `year`.
+pub fn days_in_month(year: i64, month: i64) -> i64 {
+    days_from_civil(year, month + 1, 1) - days_from_civil(year, month, 1)
+}

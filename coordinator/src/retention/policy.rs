@@ -11,7 +11,7 @@
 
 use std::fmt;
 
-pub use tablevault_core::civil::{civil_from_days, days_from_civil};
+use tablevault_core::civil::{civil_from_days, days_from_civil};
 
 /// How many buckets a rule keeps.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

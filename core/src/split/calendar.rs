@@ -12,7 +12,8 @@
 //! the string ([`Calendar::instant`]): any string has one (bounds and ceilings are often
 //! cut short, `2026-03`, or not dates at all, `2026-0:`), and it keeps key order.
 
-use crate::civil::{civil_from_days, days_from_civil};
+use super::scale::common_units;
+use crate::civil::{civil_from_days, days_from_civil, days_in_month};
 use crate::keys::cmp_keys;
 
 /// The fields a key's date is written in, in order, each after its separator.
@@ -64,10 +65,9 @@ impl Format {
             return None;
         }
         let day = digits(&mut i, 2)?;
-        let days_in_month = days_from_civil(year, month + 1, 1) - days_from_civil(year, month, 1);
         if !YEARS.contains(&year)
             || !(1..=12).contains(&month)
-            || !(1..=days_in_month).contains(&day)
+            || !(1..=days_in_month(year, month)).contains(&day)
         {
             return None;
         }
@@ -106,10 +106,10 @@ impl Format {
 
     /// Whether `s` is a date (and time) of this format, or the beginning of one, each
     /// field within the calendar (anything may follow), or such a beginning with a
-    /// ceiling's last step past it. A bound past it (`2000-14`, a
-    /// ceiling above a key of the impossible month 13) has keys that are no dates
-    /// below it, and measured in time it lay months past the last real date: the
-    /// first task of a table ending in November kept four fifths of it (split soak).
+    /// ceiling's last step past it. A bound past that (`2000-14`, a ceiling above a key
+    /// of the impossible month 13) has keys that are no dates below it, and measured in
+    /// time it lay months past the last real date: the first task of a table ending in
+    /// November kept four fifths of it (split soak).
     fn admits(&self, s: &[char]) -> bool {
         // Each field: its separator, its width, and the most it can be (a day's most
         // is its month's). A field cut short is a ceiling's (`T3` above the hours of a
@@ -146,9 +146,7 @@ impl Format {
             }
             i += width;
             let most = match values.as_slice() {
-                [year, month] => {
-                    days_from_civil(*year, month + 1, 1) - days_from_civil(*year, *month, 1)
-                }
+                [year, month] => days_in_month(*year, *month),
                 _ => most,
             };
             // A ceiling may end one past a field's most (`T24` above hours up to 23);
@@ -209,17 +207,13 @@ impl Calendar {
     pub(super) fn between(lo: &str, hi: Option<&str>) -> Option<Calendar> {
         let hi = hi?;
         let a: Vec<char> = lo.chars().collect();
-        let common = a
-            .iter()
-            .zip(hi.chars())
-            .take_while(|(x, y)| **x == *y)
-            .count();
-        let (at, format, len) = (0..=common.min(a.len()))
-            .find_map(|at| Format::read(&a, at).map(|(f, len)| (at, f, len)))?;
+        let h: Vec<char> = hi.chars().collect();
+        let common = common_units(&a, &h);
+        let (at, format, len) =
+            (0..=common).find_map(|at| Format::read(&a, at).map(|(f, len)| (at, f, len)))?;
         let date_len = 10 - usize::from(format.seps[0].is_none()) * 2;
         let in_date = common < at + date_len;
         let in_clock = common < at + len && format.seps.get(3).is_some_and(|s| *s == Some(':'));
-        let h: Vec<char> = hi.chars().collect();
         if !(in_date || in_clock) || !format.admits(h.get(at..).unwrap_or_default()) {
             return None;
         }

@@ -417,11 +417,7 @@ pub fn point_at(lo: &str, hi: Option<&str>, share: f64) -> String {
 pub(super) fn point_by_characters(lo: &str, hi: Option<&str>, share: f64) -> String {
     let scale = Scale::new(lo, hi, DIGITS, &[]);
     let (low, high) = (scale.low(), scale.high);
-    let share = if share.is_finite() {
-        share.clamp(0.0, 1.0)
-    } else {
-        0.5
-    };
+    let share = unit_share(share);
     let mut mid = low + (high.saturating_sub(low) as f64 * share) as u64;
     let mut tail = Vec::with_capacity(DIGITS);
     for i in (0..DIGITS).rev() {
@@ -450,16 +446,21 @@ pub(super) fn point_by_characters(lo: &str, hi: Option<&str>, share: f64) -> Str
     }
 }
 
+/// `share` as a share of the way: clamped to 0 to 1, a half when it is no number.
+fn unit_share(share: f64) -> f64 {
+    if share.is_finite() {
+        share.clamp(0.0, 1.0)
+    } else {
+        0.5
+    }
+}
+
 /// The date (and time) a `share` of the way from `lo` to `hi` in time, when the bounds
 /// differ inside a date ([`Calendar::between`]) and it lies strictly between them.
 fn point_in_time(lo: &str, hi: Option<&str>, share: f64) -> Option<String> {
     let calendar = Calendar::between(lo, hi)?;
     let (low, high) = calendar.bounds();
-    let share = if share.is_finite() {
-        share.clamp(0.0, 1.0)
-    } else {
-        0.5
-    };
+    let share = unit_share(share);
     let at = calendar.key(low + ((high - low) as f64 * share) as i64);
     (cmp_keys(&at, lo).is_gt() && hi.is_some_and(|hi| cmp_keys(&at, hi).is_lt())).then_some(at)
 }
