@@ -490,8 +490,9 @@ async fn splits_tile_tables_whose_keys_come_from_the_whole_alphabet() {
 /// About 6,000 keys holding dates and times, which splits read in time: from a random
 /// day of 1990-2044, in a random format (daily `2026-01-15`, `20260115` or
 /// `log-2026-01-15`; hourly `2026-01-15T10`; or ISO times as RowKeys of three
-/// partitions), with random gaps and partition sizes, and one partition in fifty a
-/// date no calendar has (`2026-02-30`, `2026-13-01`). 6,000 as for names: from a first
+/// partitions), with random gaps and partition sizes, and one partition in fifty out
+/// of order: the 30th of its month (of February, which has none, where the date lay
+/// in January or February) or the first of month 13. 6,000 as for names: from a first
 /// page of such uneven partitions, the rest of 4,000 can be estimated under the 2,000
 /// worth a split. In the split model, tables of 6,000 daily keys (plain, without
 /// separators, under a prefix; 200 seeds each) had a first task read over three
