@@ -73,9 +73,10 @@ impl CutShare {
 /// Where the whole read says the remainder is too small to split, the last page read
 /// (`recent`: where it began, how many entities it held) may say otherwise: keys can
 /// lie far denser further on than where the read began (a small tenant's keys, then a
-/// large one's), and then a task would read the rest alone, its estimate falling as it
-/// reads on. The remainder is then cut in half by probes, its size unknown. Either
-/// density counts only where [`one_region`] says it carries over to the rest.
+/// large one's; unpadded numbers, ten times as dense under `1` as under `5`), and then
+/// a task would read the rest alone, its estimate falling as it reads on
+/// ([`recent_cut`]). Either density counts only where [`one_region`] says it carries
+/// over to the rest.
 pub(super) fn cut_share(
     read: Option<(&str, u64)>,
     recent: Option<(&str, u64)>,
@@ -112,10 +113,37 @@ pub(super) fn cut_share(
             by_value: true,
         }),
         (Some(_), None) => Some(unknown),
-        (None, _) => {
-            (outweigh.is_none() && denser_further_on(recent, hi, reached)).then_some(unknown)
-        }
+        (None, _) => recent_cut(recent, hi, reached, entities, outweigh, task_read, unknown),
     }
+}
+
+/// Where the whole read says the remainder is too small to split, the cut the last page
+/// read (`recent`) asks for: by its density, when it measures the remainder at enough
+/// to split (and, beside a waiting task's estimate `outweigh`, at enough for this task
+/// to end at one and a half times that); `unknown` (halved by probes) when the page is
+/// too short to measure, as dense as it gets, and no task waits.
+fn recent_cut(
+    recent: Option<(&str, u64)>,
+    hi: Option<&str>,
+    reached: &str,
+    read: u64,
+    outweigh: Option<u64>,
+    task_read: u64,
+    unknown: CutShare,
+) -> Option<CutShare> {
+    let (from, _) = recent?;
+    if measured_fraction(from, hi, reached).is_none() {
+        return outweigh.is_none().then_some(unknown);
+    }
+    let rest = rest_after(recent?, hi, reached).filter(|&r| r >= MIN_SPLIT_ENTITIES as f64)?;
+    if outweigh.is_some_and(|w| (task_read as f64 + rest) < 1.5 * w as f64) {
+        return None;
+    }
+    Some(CutShare {
+        share: (0.5 - read as f64 / (2.0 * rest)).clamp(MIN_SHARE, 0.5),
+        rest: Some(rest),
+        by_value: true,
+    })
 }
 
 /// Whether the `read` entities measure the remainder from `lo` up to `hi` (one region,
@@ -163,19 +191,6 @@ pub(super) fn cluster_bound(recent: Option<(&str, u64)>, reached: &str) -> Optio
 fn rest_after((from, entities): (&str, u64), hi: Option<&str>, reached: &str) -> Option<f64> {
     let at = measured_fraction(from, hi, reached)?;
     remainder_estimate(entities, at, 1.0 - at)
-}
-
-/// Whether the last page read (`recent`) says the remainder from `reached` to `hi`
-/// holds enough to split.
-fn denser_further_on(recent: Option<(&str, u64)>, hi: Option<&str>, reached: &str) -> bool {
-    let Some((from, entities)) = recent else {
-        return false;
-    };
-    // A page too short to measure in the space up to `hi` is as dense as it gets.
-    measured_fraction(from, hi, reached).is_none_or(|at| {
-        remainder_estimate(entities, at, 1.0 - at)
-            .is_some_and(|rest| rest >= MIN_SPLIT_ENTITIES as f64)
-    })
 }
 
 /// Entities a piece handed to idle workers is cut to, at least: about what a tail
