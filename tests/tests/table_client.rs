@@ -136,6 +136,7 @@ async fn a_table_of_several_pages_is_read_whole_and_in_order() {
             Query {
                 filter: Some(filter),
                 top: Some(333),
+                keys_only: false,
             },
         )
         .into_stream()
@@ -192,6 +193,7 @@ async fn awkward_keys_work_in_filters_urls_and_batches() {
                 &Query {
                     filter: Some(Filter::partition_key(Cmp::Eq, k)),
                     top: None,
+                    keys_only: false,
                 },
                 None,
             )
@@ -340,4 +342,80 @@ async fn negative_zero_is_lost_by_azurite_only() {
     client.insert_entity(&table, &e).await.unwrap();
     let back = client.get_entity(&table, "p", "r").await.unwrap().unwrap();
     assert_eq!(back.get("Z"), Some(&EdmValue::Double(0.0)));
+}
+
+/// A split's samples on Azurite: keys only (`$select`), in key order, from where the
+/// probe says, as many as asked in one request, and `complete` only when no key past
+/// them answers it.
+#[tokio::test]
+async fn a_split_samples_keys_in_order_in_one_request() {
+    use tablevault_core::keys::EntityKey;
+    use tablevault_core::split::{KeyProbe, Probe, TableProbe};
+    let env = TestEnv::start().await;
+    let client = TableClient::new(&env.account).unwrap();
+    let table = unique_table("sample");
+    client.create_table(&table).await.unwrap();
+    let ops: Vec<BatchOperation> = (0..30)
+        .map(|i| {
+            BatchOperation::InsertOrReplace(
+                Entity::new("p", format!("r{i:02}")).with("S", EdmValue::String("x".repeat(100))),
+            )
+        })
+        .collect();
+    client.submit_batch(&table, &ops).await.unwrap();
+    client
+        .insert_entity(&table, &Entity::new("q", "r").with("I", EdmValue::Int32(1)))
+        .await
+        .unwrap();
+    let page = client
+        .query_page(
+            &table,
+            &Query {
+                filter: None,
+                top: Some(5),
+                keys_only: true,
+            },
+            None,
+        )
+        .await
+        .unwrap();
+    assert_eq!(page.entities.len(), 5);
+    assert!(
+        page.entities.iter().all(|e| e.properties.is_empty()),
+        "keys only: {:?}",
+        page.entities[0]
+    );
+    let probe = TableProbe {
+        client: &client,
+        table: &table,
+    };
+    let rows = |from: &'static str| Probe::Row {
+        partition: "p",
+        from,
+        exclusive: false,
+        below: None,
+    };
+    let ten = probe.sample(rows("r05"), 10).await.unwrap().unwrap();
+    let expected: Vec<EntityKey> = (5..15)
+        .map(|i| EntityKey::new("p", format!("r{i:02}")))
+        .collect();
+    assert_eq!(ten.keys, expected);
+    assert!(!ten.complete, "keys past the sample answer the probe");
+    let rest = probe.sample(rows("r25"), 10).await.unwrap().unwrap();
+    assert_eq!(rest.keys.len(), 5);
+    assert!(rest.complete, "nothing past r29 in partition p");
+    let across = probe
+        .sample(
+            Probe::Partition {
+                from: "p",
+                end: None,
+            },
+            100,
+        )
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(across.keys.len(), 31);
+    assert_eq!(across.keys.last(), Some(&EntityKey::new("q", "r")));
+    assert!(across.complete);
 }

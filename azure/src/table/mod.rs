@@ -57,6 +57,9 @@ pub struct Query {
     pub filter: Option<Filter>,
     /// `$top`: entities per page (at most 1000).
     pub top: Option<u32>,
+    /// `$select=PartitionKey,RowKey`: only the keys come back, where the keys are all
+    /// a query wants to know (a split's probes and samples).
+    pub keys_only: bool,
 }
 
 impl Query {
@@ -66,6 +69,7 @@ impl Query {
         Query {
             filter,
             top: Some(MAX_PAGE_SIZE),
+            keys_only: false,
         }
     }
 }
@@ -240,6 +244,9 @@ impl TableClient {
         }
         if let Some(top) = query.top {
             req = req.query("$top", top.min(MAX_PAGE_SIZE).to_string());
+        }
+        if query.keys_only {
+            req = req.query("$select", "PartitionKey,RowKey");
         }
         if let Some(c) = continuation {
             req = req.query("NextPartitionKey", c.next_partition_key.clone());

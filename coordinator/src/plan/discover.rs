@@ -33,6 +33,7 @@ async fn first_pk(
     let query = Query {
         filter: Filter::all(parts),
         top: Some(1),
+        keys_only: true,
     };
     probes.fetch_add(1, Ordering::Relaxed);
     // Pages may be empty with a continuation (the service stops at partition boundaries

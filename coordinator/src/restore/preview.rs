@@ -151,6 +151,7 @@ pub async fn non_empty_targets(req: &RestoreRequest, location: &Location) -> Res
                     tablevault_azure::table::Query {
                         filter: None,
                         top: Some(1),
+                        keys_only: true,
                     },
                 )
                 .first_entity()

@@ -113,12 +113,36 @@ impl Probe<'_> {
 pub trait KeyProbe: Send + Sync {
     /// The first key answering the probe.
     async fn first_key(&self, probe: Probe<'_>) -> tablevault_azure::Result<Option<EntityKey>>;
+
+    /// Up to `n` keys answering the probe, in key order, in one request: a sample of
+    /// how densely keys lie there. `None` where the probe cannot sample (the split then
+    /// only asks whether a key is there).
+    async fn sample(
+        &self,
+        _probe: Probe<'_>,
+        _n: usize,
+    ) -> tablevault_azure::Result<Option<Sample>> {
+        Ok(None)
+    }
+}
+
+/// Keys a [`KeyProbe::sample`] found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Sample {
+    /// The keys, in key order.
+    pub keys: Vec<EntityKey>,
+    /// Whether they are every key answering the probe.
+    pub complete: bool,
 }
 
 #[async_trait]
 impl<T: KeyProbe + ?Sized> KeyProbe for &T {
     async fn first_key(&self, probe: Probe<'_>) -> tablevault_azure::Result<Option<EntityKey>> {
         (**self).first_key(probe).await
+    }
+
+    async fn sample(&self, probe: Probe<'_>, n: usize) -> tablevault_azure::Result<Option<Sample>> {
+        (**self).sample(probe, n).await
     }
 }
 
@@ -151,6 +175,14 @@ impl<P: KeyProbe> KeyProbe for CountingProbe<P> {
         self.sent.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         self.inner.first_key(probe).await
     }
+
+    async fn sample(&self, probe: Probe<'_>, n: usize) -> tablevault_azure::Result<Option<Sample>> {
+        let sample = self.inner.sample(probe, n).await?;
+        if sample.is_some() {
+            self.sent.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        Ok(sample)
+    }
 }
 
 /// A table to probe.
@@ -167,6 +199,7 @@ impl KeyProbe for TableProbe<'_> {
         let query = tablevault_azure::table::Query {
             filter: Some(probe.filter()),
             top: Some(1),
+            keys_only: true,
         };
         // Empty pages with a continuation are normal; the paginator follows them.
         Ok(self
@@ -176,6 +209,37 @@ impl KeyProbe for TableProbe<'_> {
             .await?
             .map(|e| EntityKey::new(e.partition_key, e.row_key))
             .filter(|k| probe.matches(k)))
+    }
+
+    /// The first page that holds keys (empty pages with a continuation are skipped), up
+    /// to `n` keys: one request, unless the service returned empty pages first. A page
+    /// cut short by the service (at a partition server's boundary, or its time limit)
+    /// is a sample too, only not `complete`.
+    async fn sample(&self, probe: Probe<'_>, n: usize) -> tablevault_azure::Result<Option<Sample>> {
+        let query = tablevault_azure::table::Query {
+            filter: Some(probe.filter()),
+            top: Some(u32::try_from(n).unwrap_or(u32::MAX)),
+            keys_only: true,
+        };
+        let mut pages = self.client.pages(self.table, query);
+        while let Some(page) = pages.next_page().await {
+            let page = page?;
+            if page.entities.is_empty() && page.continuation.is_some() {
+                continue;
+            }
+            let complete = page.continuation.is_none();
+            let keys = page
+                .entities
+                .into_iter()
+                .take(n)
+                .map(|e| EntityKey::new(e.partition_key, e.row_key))
+                .collect();
+            return Ok(Some(Sample { keys, complete }));
+        }
+        Ok(Some(Sample {
+            keys: Vec::new(),
+            complete: true,
+        }))
     }
 }
 
@@ -206,6 +270,42 @@ impl Prober<'_> {
     ) -> tablevault_azure::Result<Option<EntityKey>> {
         self.sent += 1;
         self.probe.first_key(probe).await
+    }
+
+    /// Up to `n` keys of the dimension at or above `from` within its bound, as the
+    /// dimension's values (a PartitionKey per entity across partitions); `None` where
+    /// the probe cannot sample.
+    pub(super) async fn sample_at(
+        &mut self,
+        dim: &Dimension<'_>,
+        from: &str,
+        n: usize,
+    ) -> tablevault_azure::Result<Option<(Vec<String>, bool)>> {
+        let (probe, rows) = match *dim {
+            Dimension::Partitions { end } => (Probe::Partition { from, end }, false),
+            Dimension::Rows { partition, below } => (
+                Probe::Row {
+                    partition,
+                    from,
+                    exclusive: false,
+                    below,
+                },
+                true,
+            ),
+        };
+        let sample = self.probe.sample(probe, n).await?;
+        if sample.is_some() {
+            self.sent += 1;
+        }
+        Ok(sample.map(|s| {
+            let values = s
+                .keys
+                .into_iter()
+                .filter(|k| probe.matches(k))
+                .map(|k| if rows { k.rk } else { k.pk })
+                .collect();
+            (values, s.complete)
+        }))
     }
 
     /// The first value of the dimension at or above `from` within its bound.

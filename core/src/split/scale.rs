@@ -504,6 +504,36 @@ pub(super) fn measured_fraction(lo: &str, hi: Option<&str>, key: &str) -> Option
     }
 }
 
+/// Of the space from `lo` to `hi`, the shares between keys `a` and `b` (`a` below `b`,
+/// both between the bounds) and above `a`, both read in one scale (each key's own
+/// [`fraction`] can read in another alphabet: a ceiling `g` above keys showing no hex
+/// letter counts every letter); `None` when `a` and `b` lie fewer than
+/// [`MEASURED_STEPS`] apart, too close to measure a density between.
+pub(super) fn measured_between(lo: &str, hi: &str, a: &str, b: &str) -> Option<(f64, f64)> {
+    let scale = Scale::new(lo, Some(hi), FRACTION_PLACES, &[a, b]);
+    let prefix = &scale.lo[..scale.common];
+    let (ka, kb) = (ords(a), ords(b));
+    if !ka.starts_with(prefix) || !kb.starts_with(prefix) {
+        return None;
+    }
+    let (low, high) = (scale.low(), scale.high);
+    let clamp = |v: u64| v.clamp(low, high);
+    let (va, vb) = (clamp(scale.value(&ka)), clamp(scale.value(&kb)));
+    if high <= low || vb < va + MEASURED_STEPS {
+        return None;
+    }
+    // Where the bounds differ inside a date, shares of time.
+    if let Some(calendar) = Calendar::between(lo, Some(hi)) {
+        let (first, last) = calendar.bounds();
+        let at = |k: &str| calendar.instant(k).map(|i| i.clamp(first, last));
+        let (ia, ib) = (at(a)?, at(b)?);
+        let span = (last - first) as f64;
+        return (ib > ia).then(|| ((ib - ia) as f64 / span, (last - ia) as f64 / span));
+    }
+    let span = (high - low) as f64;
+    Some(((vb - va) as f64 / span, (high - va) as f64 / span))
+}
+
 /// Where a key lies in the space [`fraction`] reads between two bounds.
 enum Steps {
     /// At or below `lo`, outside the bounds' common prefix.

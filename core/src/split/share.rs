@@ -117,6 +117,28 @@ pub(super) fn cut_share(
     }
 }
 
+/// The cut for a remainder measured at `rest` entities some other way than by the
+/// density read (a sample further on), after `read` entities: `None` when that is too
+/// small to split, or, beside a waiting task's estimate `outweigh`, too small for a
+/// task that has read `task_read` to end at one and a half times that.
+pub(super) fn resized(
+    read: u64,
+    rest: f64,
+    outweigh: Option<u64>,
+    task_read: u64,
+) -> Option<CutShare> {
+    if rest < MIN_SPLIT_ENTITIES as f64
+        || outweigh.is_some_and(|w| (task_read as f64 + rest) < 1.5 * w as f64)
+    {
+        return None;
+    }
+    Some(CutShare {
+        share: (0.5 - read as f64 / (2.0 * rest)).clamp(MIN_SHARE, 0.5),
+        rest: Some(rest),
+        by_value: true,
+    })
+}
+
 /// Where the whole read says the remainder is too small to split, the cut the last page
 /// read (`recent`) asks for: by its density, when it measures the remainder at enough
 /// to split (and, beside a waiting task's estimate `outweigh`, at enough for this task
