@@ -504,12 +504,12 @@ pub(super) fn measured_fraction(lo: &str, hi: Option<&str>, key: &str) -> Option
     }
 }
 
-/// Of the space from `lo` to `hi`, the shares between keys `a` and `b` (`a` below `b`,
-/// both between the bounds) and above `a`, both read in one scale (each key's own
-/// [`fraction`] can read in another alphabet: a ceiling `g` above keys showing no hex
-/// letter counts every letter); `None` when `a` and `b` lie fewer than
-/// [`MEASURED_STEPS`] apart, too close to measure a density between.
-pub(super) fn measured_between(lo: &str, hi: &str, a: &str, b: &str) -> Option<(f64, f64)> {
+/// Of the space from `lo` to `hi`, the share between keys `a` and `b` (`a` below `b`,
+/// both between the bounds), read in one scale for both (each key's own [`fraction`]
+/// can read in another alphabet: a ceiling `g` above keys showing no hex letter counts
+/// every letter); `None` when they lie fewer than [`MEASURED_STEPS`] apart, too close
+/// to measure a density between.
+pub(super) fn measured_between(lo: &str, hi: &str, a: &str, b: &str) -> Option<f64> {
     let scale = Scale::new(lo, Some(hi), FRACTION_PLACES, &[a, b]);
     let prefix = &scale.lo[..scale.common];
     let (ka, kb) = (ords(a), ords(b));
@@ -527,11 +527,9 @@ pub(super) fn measured_between(lo: &str, hi: &str, a: &str, b: &str) -> Option<(
         let (first, last) = calendar.bounds();
         let at = |k: &str| calendar.instant(k).map(|i| i.clamp(first, last));
         let (ia, ib) = (at(a)?, at(b)?);
-        let span = (last - first) as f64;
-        return (ib > ia).then(|| ((ib - ia) as f64 / span, (last - ia) as f64 / span));
+        return (ib > ia).then(|| (ib - ia) as f64 / (last - first) as f64);
     }
-    let span = (high - low) as f64;
-    Some(((vb - va) as f64 / span, (high - va) as f64 / span))
+    Some((vb - va) as f64 / (high - low) as f64)
 }
 
 /// Where a key lies in the space [`fraction`] reads between two bounds.

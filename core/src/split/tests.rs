@@ -2339,30 +2339,36 @@ fn a_density_carried_far_is_checked_by_a_sample() {
     );
 }
 
-/// The rest a sample measures: as densely as its keys lie all through the remainder,
-/// or, where it holds every key up to the bound, counted.
+/// What a sample says of a remainder, against the read's estimate of it: where it does
+/// not hold every key up to the bound, the density it lies at, to which the read's
+/// estimate is brought within twice where they disagree more; where it does, its keys
+/// counted, and the read's estimate for the part below its first key.
 #[test]
 fn a_sample_measures_the_remainder_by_how_densely_its_keys_lie() {
     let values = |from: u32, n: u32| -> Vec<String> {
         (from..from + n).map(|p| format!("cust-{p:05}")).collect()
     };
-    // Within twice the 9,900 left: each place of the character space can also hold no
-    // character, one value more than the digits it holds, so shares between keys are
-    // off by a fifth here, and by half in the last tenth (`09000` lies 82% of the way
-    // from `00100` to `10000`, not 91%).
-    let within_twice = |rest: f64| (4_950.0..=19_800.0).contains(&rest);
-    // One key a step.
-    let rest = sampled_rest("cust-00100", "cust-10000", &values(5_000, 1_000), false).unwrap();
-    assert!(within_twice(rest), "{rest}");
-    // The last 1,000 of them, every one: a tenth of the remainder, counted.
-    let rest = sampled_rest("cust-00100", "cust-10000", &values(9_000, 1_000), true).unwrap();
-    assert!(within_twice(rest), "{rest}");
+    let rest = |read: f64, values: &[String], complete: bool| {
+        sampled_rest("cust-00100", "cust-10000", read, values, complete)
+    };
+    // One key a step, 9,900 left. Each place of the character space can also hold no
+    // character, one value more than the digits it holds, so the sample reads a fifth
+    // too dense: 12,118.
+    let middle = values(5_000, 1_000);
+    assert_eq!(rest(10_000.0, &middle, false), None, "within twice");
+    let brought = rest(1_000_000.0, &middle, false).expect("a million is far off");
+    assert!((20_000.0..25_000.0).contains(&brought), "{brought}");
+    let raised = rest(100.0, &middle, false).expect("a hundred is far off");
+    assert!((5_000.0..6_500.0).contains(&raised), "{raised}");
+    // The last 1,000 keys, every one: at least those are left.
+    let last = values(9_000, 1_000);
+    let counted = rest(100.0, &last, true).expect("a hundred is far off");
+    assert!((1_000.0..1_100.0).contains(&counted), "{counted}");
+    // Fifteen keys at the very end say nothing of the rest below them.
+    assert_eq!(rest(5_000.0, &values(9_985, 15), true), None);
     // Keys that differ only past the places read lie too close to measure.
     let close: Vec<String> = (0..10).map(|i| format!("cust-0500000{i}")).collect();
-    assert_eq!(
-        sampled_rest("cust-00100", "cust-10000", &close, false),
-        None
-    );
+    assert_eq!(rest(1_000_000.0, &close, false), None);
 }
 
 /// A table shape drawn at random from `seed`, for
