@@ -148,37 +148,59 @@ const CHECKED_EXTRAPOLATION: f64 = 8.0;
 /// Keys the check of a far-carried density samples: a page.
 const SAMPLE_KEYS: usize = 1_000;
 
-/// A better estimate of the remainder from `lo` up to `hi` than the `read` one (the
-/// density read carried over it) given the `values` a sample found in it, or `None`
-/// when the sample agrees with the read within twice, or lies too close together to
-/// measure. Measured from the first value found, not from the point asked at: points
-/// can hold characters no key does (`717g` between hex keys), which would widen the
-/// scale.
+/// What a sample of the remainder from `lo` up to `hi` says against the `read`
+/// estimate of it (the density read, carried over it).
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Sampled {
+    /// They agree within twice, or its keys lie too close together to measure.
+    Agrees,
+    /// A better estimate of the remainder.
+    Rest(f64),
+    /// It holds every key from its first up to `hi`, under half as many as the read
+    /// puts there: the keys read are a cluster, what lies above it sparse.
+    Sparse,
+}
+
+/// What the `values` a sample found in the remainder from `lo` up to `hi` say of it
+/// against the `read` estimate ([`Sampled`]). Measured from the first value found, not
+/// from the point asked at: points can hold characters no key does (`717g` between
+/// hex keys), which would widen the scale.
 ///
 /// * `complete` (the sample holds every key up to `hi`): the keys above the first are
-///   counted, and those below it are the read's estimate of that part. Carried down
-///   over the whole remainder, 15 keys of an impossible date (`1997-13-01`) at the
-///   end of a table of dates estimated it at a few hundred, and a task read all 6,051
-///   entities of the split soak's seed 10.
+///   counted, and those below it are the read's estimate of that part; or, where the
+///   count is under half the read's, the keys read are taken for a cluster and cut
+///   as below a gap ([`decide`]). Carried down over the whole remainder, the 15 keys
+///   of an impossible date at the end of a table of dates (`1997-13-01`) estimated it
+///   at a few hundred, and a task read all 6,051 entities of the split soak's seed
+///   10; left to the read, below them, they made a remainder of 1,000 entities look
+///   like 1.6 million, and the pieces cut in it by value were empty (seed 47).
 /// * Otherwise, the density the sample lies at need not hold where the read was
 ///   either (the middle can mislead as much as the start: unpadded numbers, ten times
 ///   as dense under `4` as under `5`). Where they disagree by more than twice, the
 ///   read's estimate is brought to within twice the sample's. In the split model
 ///   over 200 random table shapes this beat the sample's estimate alone and the two's
 ///   geometric mean.
-fn sampled_rest(lo: &str, hi: &str, read: f64, values: &[String], complete: bool) -> Option<f64> {
-    let first = values.first()?;
+fn sampled(lo: &str, hi: &str, read: f64, values: &[String], complete: bool) -> Sampled {
+    let Some(first) = values.first() else {
+        return Sampled::Agrees;
+    };
     let n = values.len() as f64;
     let disagree = |other: f64| other < read / 2.0 || other > read * 2.0;
     let rest = if complete {
-        let rest = read * scale::fraction(lo, Some(hi), first) + n;
+        let below = scale::fraction(lo, Some(hi), first);
+        if n < read * (1.0 - below) / 2.0 {
+            return Sampled::Sparse;
+        }
+        let rest = read * below + n;
         disagree(rest).then_some(rest)
     } else {
-        let covered = scale::measured_between(lo, hi, first, values.last()?)?;
-        let sampled = (n - 1.0) / covered;
-        disagree(sampled).then(|| read.clamp(sampled / 2.0, sampled * 2.0))
+        scale::measured_between(lo, hi, first, values.last().unwrap_or(first))
+            .map(|covered| (n - 1.0) / covered)
+            .filter(|&sampled| disagree(sampled))
+            .map(|sampled| read.clamp(sampled / 2.0, sampled * 2.0))
     };
     rest.filter(|r| r.is_finite())
+        .map_or(Sampled::Agrees, Sampled::Rest)
 }
 
 /// What a split needs to know to decide its cut, besides the bound above.
@@ -227,7 +249,7 @@ struct Cut {
 ///
 /// Where the probe can sample ([`KeyProbe::sample`]), it asks for a page of keys there
 /// instead of one, at the cost of one query all the same, and where they hold a key
-/// below the checked part's end they also measure the remainder ([`sampled_rest`]).
+/// below the checked part's end they also measure the remainder ([`sampled`]).
 /// A density read at the start of a remainder need not hold in its middle: with a
 /// large partition first and small ones after it, pieces of 300,000 went to the queue
 /// from a remainder of 10,000, and every other task weighed its splits against them.
@@ -280,11 +302,15 @@ async fn decide(
         Some((from, below)) => match p.sample_at(dim, &from, SAMPLE_KEYS).await? {
             Some((values, complete)) => {
                 if values.first().is_some_and(|v| cmp_keys(v, &below).is_lt()) {
-                    let rest = hi
+                    let says = hi
                         .as_deref()
                         .zip(cut.rest)
-                        .and_then(|(hi, read)| sampled_rest(input.lo, hi, read, &values, complete));
-                    (None, rest)
+                        .map(|(hi, read)| sampled(input.lo, hi, read, &values, complete));
+                    match says {
+                        Some(Sampled::Sparse) => (values.into_iter().next(), None),
+                        Some(Sampled::Rest(rest)) => (None, Some(rest)),
+                        _ => (None, None),
+                    }
                 } else {
                     (Some(from), None)
                 }
