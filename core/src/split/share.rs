@@ -118,7 +118,8 @@ pub(super) fn cut_share(
 }
 
 /// The cut for a remainder measured at `rest` entities some other way than by the
-/// density read (a sample further on), after `read` entities: `None` when that is too
+/// density read (a sample further on, the last page), after `read` entities: `None`
+/// when that is too
 /// small to split, or, beside a waiting task's estimate `outweigh`, too small for a
 /// task that has read `task_read` to end at one and a half times that.
 pub(super) fn resized(
@@ -157,15 +158,7 @@ fn recent_cut(
     if measured_fraction(from, hi, reached).is_none() {
         return outweigh.is_none().then_some(unknown);
     }
-    let rest = rest_after(recent?, hi, reached).filter(|&r| r >= MIN_SPLIT_ENTITIES as f64)?;
-    if outweigh.is_some_and(|w| (task_read as f64 + rest) < 1.5 * w as f64) {
-        return None;
-    }
-    Some(CutShare {
-        share: (0.5 - read as f64 / (2.0 * rest)).clamp(MIN_SHARE, 0.5),
-        rest: Some(rest),
-        by_value: true,
-    })
+    resized(read, rest_after(recent?, hi, reached)?, outweigh, task_read)
 }
 
 /// Whether the `read` entities measure the remainder from `lo` up to `hi` (one region,
