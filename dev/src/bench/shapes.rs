@@ -52,6 +52,8 @@ const SHAPES: &[&str] = &[
     "dates",
     "hours",
     "times",
+    "numbers",
+    "falling",
     "small-tables",
 ];
 
@@ -171,6 +173,16 @@ fn shaped(shape: &str, i: u64, n: u64, small_tables: u64) -> (u64, Entity) {
                 format!("{}T{t}.000Z-{i}", day(s / 86_400)),
             )
         }
+        // Unpadded numbers as PartitionKeys (`0` to `4999` at 50,000), ten entities
+        // each: in key order, ten times as many under `1` as under `5`.
+        "numbers" => (0, format!("{}", i / 10), format!("order-{i:010}")),
+        // Zipf-like sizes falling with the key: `customer-000001` is the largest
+        // partition, and each after it smaller.
+        "falling" => (
+            0,
+            format!("customer-{:06}", zipf_rank(i, n)),
+            format!("order-{i:010}"),
+        ),
         _ => {
             let per = n.div_ceil(small_tables.max(1));
             (
@@ -666,6 +678,24 @@ mod tests {
         assert!(unknown_shapes(&["dates".into(), "zipf".into()]).is_ok());
         let e = unknown_shapes(&["zipf".into(), "date".into()]).unwrap_err();
         assert!(e.to_string().contains("no shape named date;"), "{e}");
+    }
+
+    #[test]
+    fn numbers_and_falling_sizes_are_as_named() {
+        let keys = |shape: &str| -> Vec<String> {
+            (0..50_000)
+                .map(|i| shaped(shape, i, 50_000, 1).1.partition_key)
+                .collect()
+        };
+        let numbers = keys("numbers");
+        assert_eq!(
+            (numbers[0].as_str(), numbers[49_999].as_str()),
+            ("0", "4999")
+        );
+        let falling = keys("falling");
+        let count = |pk: &str| falling.iter().filter(|k| *k == pk).count();
+        assert!(count("customer-000001") > 5 * count("customer-000010"));
+        assert!(falling.windows(2).all(|w| w[0] <= w[1]), "in key order");
     }
 
     #[test]
