@@ -119,7 +119,8 @@ async fn run(cfg: SimConfig) -> RunReport {
     report
 }
 
-/// How often a task may peek at the queue to decide on a split, as the product's.
+/// How often a task may peek at the queue to decide on a split, as the product's where
+/// partitions are paced (on the emulator it looks at every page).
 const SPLIT_CHECK_INTERVAL: Duration = Duration::from_millis(50);
 
 /// Round trips a split's `$top=1` probes take: the product probes only for what the
