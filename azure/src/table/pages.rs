@@ -55,10 +55,21 @@ impl Pages {
     }
 
     /// The first entity of the query, skipping empty pages; `None` if it has none.
-    pub async fn first_entity(mut self) -> Result<Option<Entity>> {
+    pub async fn first_entity(self) -> Result<Option<Entity>> {
+        Ok(self
+            .first_filled_page()
+            .await?
+            .and_then(|page| page.entities.into_iter().next()))
+    }
+
+    /// The first page that holds entities, skipping empty pages with a continuation
+    /// (the service stops at partition boundaries and time limits); `None` if the query
+    /// has none.
+    pub async fn first_filled_page(mut self) -> Result<Option<EntityPage>> {
         while let Some(page) = self.next_page().await {
-            if let Some(e) = page?.entities.into_iter().next() {
-                return Ok(Some(e));
+            let page = page?;
+            if !page.entities.is_empty() {
+                return Ok(Some(page));
             }
         }
         Ok(None)

@@ -221,25 +221,25 @@ impl KeyProbe for TableProbe<'_> {
             top: Some(u32::try_from(n).unwrap_or(u32::MAX)),
             keys_only: true,
         };
-        let mut pages = self.client.pages(self.table, query);
-        while let Some(page) = pages.next_page().await {
-            let page = page?;
-            if page.entities.is_empty() && page.continuation.is_some() {
-                continue;
-            }
-            let complete = page.continuation.is_none();
-            let keys = page
-                .entities
-                .into_iter()
-                .take(n)
-                .map(|e| EntityKey::new(e.partition_key, e.row_key))
-                .collect();
-            return Ok(Some(Sample { keys, complete }));
-        }
-        Ok(Some(Sample {
-            keys: Vec::new(),
-            complete: true,
-        }))
+        let Some(page) = self
+            .client
+            .pages(self.table, query)
+            .first_filled_page()
+            .await?
+        else {
+            return Ok(Some(Sample {
+                keys: Vec::new(),
+                complete: true,
+            }));
+        };
+        let complete = page.continuation.is_none();
+        let keys = page
+            .entities
+            .into_iter()
+            .take(n)
+            .map(|e| EntityKey::new(e.partition_key, e.row_key))
+            .collect();
+        Ok(Some(Sample { keys, complete }))
     }
 }
 
@@ -255,6 +255,29 @@ pub(super) enum Dimension<'a> {
         partition: &'a str,
         below: Option<&'a str>,
     },
+}
+
+impl Dimension<'_> {
+    /// The probe for its first key at or above the value `from`, within its bound.
+    fn from<'a>(&'a self, from: &'a str) -> Probe<'a> {
+        match *self {
+            Dimension::Partitions { end } => Probe::Partition { from, end },
+            Dimension::Rows { partition, below } => Probe::Row {
+                partition,
+                from,
+                exclusive: false,
+                below,
+            },
+        }
+    }
+
+    /// A key's value in it: its PartitionKey across partitions, its RowKey inside one.
+    fn value(&self, key: EntityKey) -> String {
+        match self {
+            Dimension::Partitions { .. } => key.pk,
+            Dimension::Rows { .. } => key.rk,
+        }
+    }
 }
 
 /// Probes and counts them.
@@ -281,18 +304,7 @@ impl Prober<'_> {
         from: &str,
         n: usize,
     ) -> tablevault_azure::Result<Option<(Vec<String>, bool)>> {
-        let (probe, rows) = match *dim {
-            Dimension::Partitions { end } => (Probe::Partition { from, end }, false),
-            Dimension::Rows { partition, below } => (
-                Probe::Row {
-                    partition,
-                    from,
-                    exclusive: false,
-                    below,
-                },
-                true,
-            ),
-        };
+        let probe = dim.from(from);
         let sample = self.probe.sample(probe, n).await?;
         if sample.is_some() {
             self.sent += 1;
@@ -302,7 +314,7 @@ impl Prober<'_> {
                 .keys
                 .into_iter()
                 .filter(|k| probe.matches(k))
-                .map(|k| if rows { k.rk } else { k.pk })
+                .map(|k| dim.value(k))
                 .collect();
             (values, s.complete)
         }))
@@ -314,21 +326,7 @@ impl Prober<'_> {
         dim: &Dimension<'_>,
         from: &str,
     ) -> tablevault_azure::Result<Option<String>> {
-        Ok(match *dim {
-            Dimension::Partitions { end } => self
-                .ask(Probe::Partition { from, end })
-                .await?
-                .map(|k| k.pk),
-            Dimension::Rows { partition, below } => self
-                .ask(Probe::Row {
-                    partition,
-                    from,
-                    exclusive: false,
-                    below,
-                })
-                .await?
-                .map(|k| k.rk),
-        })
+        Ok(self.ask(dim.from(from)).await?.map(|k| dim.value(k)))
     }
 
     /// Whether some value of the dimension is at or above `bump(units, pos, steps)`;

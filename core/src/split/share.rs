@@ -25,13 +25,23 @@ const MIN_SHARE: f64 = 0.2;
 /// if keys are as dense in the `rest_span` that remains. A half when the density is
 /// unknown; `None` when the remainder is estimated too small to split.
 pub fn balanced_share(read: u64, read_span: f64, rest_span: f64) -> Option<f64> {
-    let Some(rest) = remainder_estimate(read, read_span, rest_span) else {
-        return Some(0.5);
-    };
-    if rest < MIN_SPLIT_ENTITIES as f64 {
-        return None;
+    match remainder_estimate(read, read_span, rest_span) {
+        Some(rest) => share_of_rest(read, rest),
+        None => Some(0.5),
     }
-    Some((0.5 - read as f64 / (2.0 * rest)).clamp(MIN_SHARE, 0.5))
+}
+
+/// [`balanced_share`] of a remainder of `rest` entities, however it was estimated.
+fn share_of_rest(read: u64, rest: f64) -> Option<f64> {
+    (rest >= MIN_SPLIT_ENTITIES as f64)
+        .then(|| (0.5 - read as f64 / (2.0 * rest)).clamp(MIN_SHARE, 0.5))
+}
+
+/// Whether a task that has read `task_read` entities, with a remainder of `rest`
+/// (`None`: unknown), would end short of one and a half times the estimate of the task
+/// waiting (`outweigh`): then it does not split beside it.
+fn short_of_waiting(outweigh: Option<u64>, task_read: u64, rest: Option<f64>) -> bool {
+    outweigh.is_some_and(|w| !rest.is_some_and(|r| task_read as f64 + r >= 1.5 * w as f64))
 }
 
 /// Entities left in `rest_span` of the key space if keys lie there as densely as the
@@ -102,7 +112,7 @@ pub(super) fn cut_share(
         return (outweigh.is_none() || outread).then_some(unknown);
     };
     let rest = remainder_estimate(entities, at, 1.0 - at);
-    if outweigh.is_some_and(|w| !rest.is_some_and(|r| task_read as f64 + r >= 1.5 * w as f64)) {
+    if short_of_waiting(outweigh, task_read, rest) {
         return None;
     }
     match (balanced_share(entities, at, 1.0 - at), rest) {
@@ -119,22 +129,19 @@ pub(super) fn cut_share(
 
 /// The cut for a remainder measured at `rest` entities some other way than by the
 /// density read (a sample further on, the last page), after `read` entities: `None`
-/// when that is too
-/// small to split, or, beside a waiting task's estimate `outweigh`, too small for a
-/// task that has read `task_read` to end at one and a half times that.
+/// when that is too small to split, or, beside a waiting task's estimate `outweigh`,
+/// too small for a task that has read `task_read` to end at one and a half times that.
 pub(super) fn resized(
     read: u64,
     rest: f64,
     outweigh: Option<u64>,
     task_read: u64,
 ) -> Option<CutShare> {
-    if rest < MIN_SPLIT_ENTITIES as f64
-        || outweigh.is_some_and(|w| (task_read as f64 + rest) < 1.5 * w as f64)
-    {
+    if short_of_waiting(outweigh, task_read, Some(rest)) {
         return None;
     }
     Some(CutShare {
-        share: (0.5 - read as f64 / (2.0 * rest)).clamp(MIN_SHARE, 0.5),
+        share: share_of_rest(read, rest)?,
         rest: Some(rest),
         by_value: true,
     })

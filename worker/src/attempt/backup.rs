@@ -125,6 +125,12 @@ struct Scanned {
 }
 
 impl BackupAttempt<'_> {
+    /// Whether the service serves each partition at a rate of its own (Azure; not the
+    /// emulator), as the limiter has learned.
+    fn partitions_paced(&self) -> bool {
+        self.limiter.is_some_and(|l| l.paces_partitions())
+    }
+
     fn check_stop(&self) -> Result<(), TaskError> {
         crate::stop_requested(&self.lost, &self.shutdown)
     }
@@ -219,7 +225,7 @@ impl BackupAttempt<'_> {
     ) -> SplitLook {
         // Where partitions have a rate (Azure), the rest of one is read fastest by one
         // task, and a remainder is only cut in two (`find_split`).
-        let unpaced = self.limiter.is_none_or(|l| !l.paces_partitions());
+        let unpaced = !self.partitions_paced();
         let outweigh = match splitting.queue.first_waiting().await {
             Ok(None) => None,
             // While a task waits no worker is idle, and a split only evens out task
@@ -407,7 +413,7 @@ impl BackupAttempt<'_> {
             let mut last_page: Option<(EntityKey, u64, u64)> = None;
             let mut end = self.range.end.clone();
             let mut split_off = Vec::new();
-            let paced = self.limiter.is_some_and(|l| l.paces_partitions());
+            let paced = self.partitions_paced();
             let mut last_look: Option<Instant> = None;
             // Whether to offer half of the rest to idle workers once the next page is
             // in: it shows where the next partition starts, sparing a probe.
