@@ -40,7 +40,7 @@ fn share_of_rest(read: u64, rest: f64) -> Option<f64> {
 /// Whether a task that has read `task_read` entities, with a remainder of `rest`
 /// (`None`: unknown), would end short of one and a half times the estimate of the task
 /// waiting (`outweigh`): then it does not split beside it.
-fn short_of_waiting(outweigh: Option<u64>, task_read: u64, rest: Option<f64>) -> bool {
+pub(super) fn short_of_waiting(outweigh: Option<u64>, task_read: u64, rest: Option<f64>) -> bool {
     outweigh.is_some_and(|w| !rest.is_some_and(|r| task_read as f64 + r >= 1.5 * w as f64))
 }
 
