@@ -10,6 +10,7 @@ use tablevault_azure::ClientOptions;
 use tablevault_coordinator::{LocalWorkers, Location, Result, RunningWorkers};
 use tablevault_core::stats::WorkerStats;
 use tablevault_worker::{AccountSet, Worker, WorkerConfig};
+use tokio::sync::Notify;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
@@ -47,6 +48,8 @@ impl LocalWorkers for InProcessWorkers {
         let stats = Arc::new(WorkerStats::default());
         let stop = self.shutdown.child_token();
         let mut running = JoinSet::new();
+        // One process: a split wakes all of its idle workers.
+        let work_queued = Arc::new(Notify::new());
         for _ in 0..self.count {
             let mut config = WorkerConfig::new(location.account.clone(), &location.queue);
             config.sources = self.accounts.clone();
@@ -55,6 +58,7 @@ impl LocalWorkers for InProcessWorkers {
             config.visibility = self.visibility;
             config.max_poll_interval = self.max_poll_interval;
             config.only_job = Some(job.to_string());
+            config.work_queued = work_queued.clone();
             // The coordinator created the queues before starting us.
             config.create_queues = false;
             // Workers stop between steps on their own token and then settle their

@@ -504,6 +504,7 @@ impl Worker {
                 container,
                 ceiling,
                 planned,
+                work_queued: &self.config.work_queued,
             }),
             limiter: Some(limiter),
             more_pages: None,

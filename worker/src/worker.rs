@@ -10,7 +10,7 @@ use tablevault_azure::{ClientOptions, Error, RetryPolicy, StorageAccount};
 use tablevault_core::protocol::{DEFAULT_WORKER_CONCURRENCY, poison_queue_name, worker_identity};
 use tablevault_core::queue::TaskQueue;
 use tablevault_core::stats::WorkerStats;
-use tokio::sync::Semaphore;
+use tokio::sync::{Notify, Semaphore};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
@@ -53,6 +53,12 @@ pub struct WorkerConfig {
     pub metrics: Arc<WorkerMetrics>,
     /// What the health endpoints report (shared by all the process's workers).
     pub health: Arc<Health>,
+    /// Wakes the process's idle workers when one of its tasks puts split-off work on the
+    /// queue, so they claim it at once rather than at their next poll (shared by all
+    /// the process's workers). A split hands work to workers idle now; on the emulator
+    /// a first task read the rest of a table of 6,000 entities in 30-80 ms, before any
+    /// idle worker polled again, and read 81-93% of it alone (split soak).
+    pub work_queued: Arc<Notify>,
 }
 
 /// The longest wait between polls of an empty queue, by default. Short: as a job
@@ -88,6 +94,7 @@ impl WorkerConfig {
             shutdown_grace: Duration::ZERO,
             metrics: Arc::new(WorkerMetrics::new()),
             health: Arc::new(Health::default()),
+            work_queued: Arc::new(Notify::new()),
         }
     }
 }
@@ -229,8 +236,12 @@ impl Worker {
             };
             if messages.is_empty() {
                 drop(first);
-                sleep_or_shutdown(&shutdown, idle).await;
-                idle = (idle * 2).min(self.config.max_poll_interval);
+                tokio::select! {
+                    _ = sleep_or_shutdown(&shutdown, idle) => {
+                        idle = (idle * 2).min(self.config.max_poll_interval);
+                    }
+                    _ = self.config.work_queued.notified() => {}
+                }
                 continue;
             }
             idle = Duration::from_millis(100);
@@ -312,11 +323,9 @@ pub(crate) mod tests {
         (worker, queue)
     }
 
-    #[tokio::test(start_paused = true)]
-    async fn tasks_of_a_lost_claim_answer_reappear_within_seconds() {
-        let (worker, queue) = worker_on_fakes();
-        // A task of a job that does not exist: once claimed for real, it is dropped.
-        let stale = TaskMessage {
+    /// A task of a job that does not exist: once claimed, it is dropped.
+    fn stale_task() -> TaskMessage {
+        TaskMessage {
             v: PROTOCOL_VERSION,
             container: "c".into(),
             job: "20200101T000000Z-deadbeef".into(),
@@ -327,8 +336,13 @@ pub(crate) mod tests {
                 ceiling: None,
                 estimate: None,
             },
-        };
-        queue.put(&stale.encode(), None).await.unwrap();
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn tasks_of_a_lost_claim_answer_reappear_within_seconds() {
+        let (worker, queue) = worker_on_fakes();
+        queue.put(&stale_task().encode(), None).await.unwrap();
         // The first Get Messages claims it, but its answer is lost.
         queue.fail(Op::Receive, "", Strike::After, reset("Get Messages"));
         let stop = CancellationToken::new();
@@ -338,6 +352,39 @@ pub(crate) mod tests {
             queue.texts().is_empty(),
             "claimed again and handled after the short claim, not a full visibility later"
         );
+        stop.cancel();
+        run.await.unwrap().unwrap();
+    }
+
+    /// Regression: an idle worker claims what a split in its process put on the queue
+    /// at once, not at its next poll. Polls of an empty queue back off to the longest
+    /// interval; on the emulator a first task read the rest of a table of 6,000
+    /// entities in 30-80 ms while the part it split off waited for idle workers' next
+    /// polls (100 ms apart there), and read 81-93% of it alone (split soak, seeds 13, 50
+    /// and 59).
+    #[tokio::test(start_paused = true)]
+    async fn work_a_split_queues_wakes_the_process_idle_workers() {
+        let queue = Arc::new(MemoryQueue::new("q"));
+        let blobs = Arc::new(MemoryBlobs::new("c"));
+        let backends = WorkerBackends {
+            queue: queue.clone(),
+            lease_queue: queue.clone(),
+            poison: Arc::new(MemoryQueue::new("q-poison")),
+            store_for: Arc::new(move |_| Ok(Store::new(blobs.clone()))),
+        };
+        let mut config = WorkerConfig::new(StorageAccount::emulator(), "q");
+        config.max_poll_interval = Duration::from_secs(60);
+        let work_queued = config.work_queued.clone();
+        let worker = Worker::with_backends(config, Arc::new(WorkerStats::default()), backends);
+        let stop = CancellationToken::new();
+        let run = tokio::spawn(worker.run(stop.clone()));
+        // Idle for five minutes: its polls are a minute apart, the next one about 40 s
+        // away (at 342 s).
+        tokio::time::sleep(Duration::from_secs(300)).await;
+        queue.put(&stale_task().encode(), None).await.unwrap();
+        work_queued.notify_waiters();
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        assert!(queue.texts().is_empty(), "claimed and handled at once");
         stop.cancel();
         run.await.unwrap().unwrap();
     }

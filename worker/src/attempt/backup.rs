@@ -32,7 +32,7 @@ use tablevault_core::split::{
 };
 use tablevault_core::stats::WorkerStats;
 use tablevault_core::store::{BackupPaths, BlockWriter, CreateOutcome, Store, StoreError};
-use tokio::sync::{mpsc, watch};
+use tokio::sync::{Notify, mpsc, watch};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
@@ -105,6 +105,9 @@ pub struct Splitting<'a> {
     /// The range was planned, not split off another task with an estimate: only such a
     /// range is cut into pieces for idle workers (`ReadSoFar::planned`).
     pub planned: bool,
+    /// Wakes the process's idle workers once split-off tasks are on the queue
+    /// (`WorkerConfig::work_queued`).
+    pub work_queued: &'a Notify,
 }
 
 /// What a look for idle workers came to (`try_split`).
@@ -315,6 +318,7 @@ impl BackupAttempt<'_> {
         let Some(lowest) = split_off.last() else {
             return SplitLook::default();
         };
+        splitting.work_queued.notify_waiters();
         tracing::info!(at = %lowest.range, pieces = split_off.len(), probes = split.probes, estimate = ?split.estimate, waiting = ?outweigh, "split the unread part of the range off to other workers");
         WorkerStats::add(&self.stats.tasks_split, split_off.len() as u64);
         SplitLook {
