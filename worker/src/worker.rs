@@ -310,6 +310,17 @@ pub(crate) mod tests {
 
     /// A worker on fakes whose store is `blobs`; returns it with its task queue.
     pub(crate) fn worker_on_fakes_with(blobs: Arc<MemoryBlobs>) -> (Arc<Worker>, Arc<MemoryQueue>) {
+        let mut config = WorkerConfig::new(StorageAccount::emulator(), "q");
+        config.max_poll_interval = Duration::from_millis(200);
+        worker_on_fakes_configured(blobs, config)
+    }
+
+    /// A worker with `config` on fakes whose store is `blobs`; returns it with its task
+    /// queue.
+    fn worker_on_fakes_configured(
+        blobs: Arc<MemoryBlobs>,
+        config: WorkerConfig,
+    ) -> (Arc<Worker>, Arc<MemoryQueue>) {
         let queue = Arc::new(MemoryQueue::new("q"));
         let backends = WorkerBackends {
             queue: queue.clone(),
@@ -317,8 +328,6 @@ pub(crate) mod tests {
             poison: Arc::new(MemoryQueue::new("q-poison")),
             store_for: Arc::new(move |_| Ok(Store::new(blobs.clone()))),
         };
-        let mut config = WorkerConfig::new(StorageAccount::emulator(), "q");
-        config.max_poll_interval = Duration::from_millis(200);
         let worker = Worker::with_backends(config, Arc::new(WorkerStats::default()), backends);
         (worker, queue)
     }
@@ -364,18 +373,10 @@ pub(crate) mod tests {
     /// and 59).
     #[tokio::test(start_paused = true)]
     async fn work_a_split_queues_wakes_the_process_idle_workers() {
-        let queue = Arc::new(MemoryQueue::new("q"));
-        let blobs = Arc::new(MemoryBlobs::new("c"));
-        let backends = WorkerBackends {
-            queue: queue.clone(),
-            lease_queue: queue.clone(),
-            poison: Arc::new(MemoryQueue::new("q-poison")),
-            store_for: Arc::new(move |_| Ok(Store::new(blobs.clone()))),
-        };
         let mut config = WorkerConfig::new(StorageAccount::emulator(), "q");
         config.max_poll_interval = Duration::from_secs(60);
         let work_queued = config.work_queued.clone();
-        let worker = Worker::with_backends(config, Arc::new(WorkerStats::default()), backends);
+        let (worker, queue) = worker_on_fakes_configured(Arc::new(MemoryBlobs::new("c")), config);
         let stop = CancellationToken::new();
         let run = tokio::spawn(worker.run(stop.clone()));
         // Idle for five minutes: its polls are a minute apart, the next one about 40 s
