@@ -194,13 +194,21 @@ fn sampled(lo: &str, hi: &str, read: f64, values: &[String], complete: bool) -> 
         let rest = read * below + n;
         disagree(rest).then_some(rest)
     } else {
-        scale::measured_between(lo, hi, first, values.last().unwrap_or(first))
-            .map(|covered| (n - 1.0) / covered)
+        sample_rest(lo, hi, values)
             .filter(|&sampled| disagree(sampled))
             .map(|sampled| read.clamp(sampled / 2.0, sampled * 2.0))
     };
     rest.filter(|r| r.is_finite())
         .map_or(Sampled::Agrees, Sampled::Rest)
+}
+
+/// Entities in the remainder from `lo` up to `hi` if keys lie there as densely as the
+/// sample's `values` do (measured from its first value to its last,
+/// [`scale::measured_between`]); `None` when they lie too close together to measure.
+fn sample_rest(lo: &str, hi: &str, values: &[String]) -> Option<f64> {
+    let (first, last) = (values.first()?, values.last()?);
+    scale::measured_between(lo, hi, first, last)
+        .map(|covered| (values.len() as f64 - 1.0) / covered)
 }
 
 /// What a split needs to know to decide its cut, besides the bound above.
@@ -364,11 +372,7 @@ async fn decide(
                 pieces: points.collect(),
             }
         }
-        None => Cut {
-            at: cut_value(p, dim, input.lo, hi, cut.share, cut.by_value, input.page).await?,
-            estimate: cut.upper(),
-            pieces: Vec::new(),
-        },
+        None => cut_in_two(p, dim, input, hi, &cut).await?,
     }))
 }
 
@@ -397,42 +401,37 @@ async fn checked_small(
         .into_iter()
         .filter(|v| cmp_keys(v, &hi).is_lt())
         .collect();
-    let n = values.len() as f64;
-    let (Some(first), Some(last)) = (values.first(), values.last()) else {
-        return Ok(None);
-    };
     if values.len() < SAMPLE_KEYS {
         return Ok(None);
     }
     let read = input.read_from.map_or(0, |r| r.1);
-    let cut = match scale::measured_between(input.lo, &hi, first, last) {
-        Some(covered) => share::resized(
+    let cut = match sample_rest(input.lo, &hi, &values) {
+        Some(rest) => share::resized(
             read,
-            ((n - 1.0) / covered).max(n),
+            rest.max(values.len() as f64),
             input.outweigh,
             input.task_read,
         ),
-        None => Some(CutShare {
-            share: 0.5,
-            rest: None,
-            by_value: false,
-        }),
+        None => Some(CutShare::unknown()),
     };
     let Some(cut) = cut else { return Ok(None) };
-    Ok(Some(Cut {
-        at: cut_value(
-            p,
-            dim,
-            input.lo,
-            Some(hi),
-            cut.share,
-            cut.by_value,
-            input.page,
-        )
-        .await?,
+    Ok(Some(cut_in_two(p, dim, input, Some(hi), &cut).await?))
+}
+
+/// The cut in two at `cut`'s share of the remainder from `input.lo` up to `hi`
+/// ([`cut_value`]), with the upper part's estimate.
+async fn cut_in_two(
+    p: &mut Prober<'_>,
+    dim: &Dimension<'_>,
+    input: &CutInputs<'_>,
+    hi: Option<String>,
+    cut: &CutShare,
+) -> tablevault_azure::Result<Cut> {
+    Ok(Cut {
+        at: cut_value(p, dim, input.lo, hi, cut.share, cut.by_value, input.page).await?,
         estimate: cut.upper(),
         pieces: Vec::new(),
-    }))
+    })
 }
 
 /// Finds where to cut the unread part of a range that has been read up to `after`

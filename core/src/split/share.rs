@@ -62,6 +62,16 @@ pub(super) struct CutShare {
 }
 
 impl CutShare {
+    /// A half, of a remainder whose size nothing measures: the cut is halved by probes,
+    /// not placed by value.
+    pub(super) fn unknown() -> CutShare {
+        CutShare {
+            share: 0.5,
+            rest: None,
+            by_value: false,
+        }
+    }
+
     /// Entities the upper part is estimated to hold.
     pub(super) fn upper(&self) -> Option<u64> {
         self.rest.map(|r| (r * (1.0 - self.share)).round() as u64)
@@ -99,17 +109,12 @@ pub(super) fn cut_share(
     // A density is carried over only within one region of the rank space.
     let carries = |(from, _): &(&str, u64)| one_region(from, reached, hi);
     let (read, recent) = (read.filter(carries), recent.filter(carries));
-    let unknown = CutShare {
-        share: 0.5,
-        rest: None,
-        by_value: false,
-    };
     // What was read measures a density only if the position reached lies far enough
     // along in the space cut in.
     let Some(((_, entities), at)) =
         read.and_then(|(from, n)| Some(((from, n), measured_fraction(from, hi, reached)?)))
     else {
-        return (outweigh.is_none() || outread).then_some(unknown);
+        return (outweigh.is_none() || outread).then(CutShare::unknown);
     };
     let rest = remainder_estimate(entities, at, 1.0 - at);
     if short_of_waiting(outweigh, task_read, rest) {
@@ -122,8 +127,8 @@ pub(super) fn cut_share(
             rest,
             by_value: true,
         }),
-        (Some(_), None) => Some(unknown),
-        (None, _) => recent_cut(recent, hi, reached, entities, outweigh, task_read, unknown),
+        (Some(_), None) => Some(CutShare::unknown()),
+        (None, _) => recent_cut(recent, hi, reached, entities, outweigh, task_read),
     }
 }
 
@@ -150,8 +155,8 @@ pub(super) fn resized(
 /// Where the whole read says the remainder is too small to split, the cut the last page
 /// read (`recent`) asks for: by its density, when it measures the remainder at enough
 /// to split (and, beside a waiting task's estimate `outweigh`, at enough for this task
-/// to end at one and a half times that); `unknown` (halved by probes) when the page is
-/// too short to measure, as dense as it gets, and no task waits.
+/// to end at one and a half times that); [`CutShare::unknown`] (halved by probes) when
+/// the page is too short to measure, as dense as it gets, and no task waits.
 fn recent_cut(
     recent: Option<(&str, u64)>,
     hi: Option<&str>,
@@ -159,11 +164,10 @@ fn recent_cut(
     read: u64,
     outweigh: Option<u64>,
     task_read: u64,
-    unknown: CutShare,
 ) -> Option<CutShare> {
     let (from, _) = recent?;
     if measured_fraction(from, hi, reached).is_none() {
-        return outweigh.is_none().then_some(unknown);
+        return outweigh.is_none().then(CutShare::unknown);
     }
     resized(read, rest_after(recent?, hi, reached)?, outweigh, task_read)
 }

@@ -224,6 +224,27 @@ fn plain_read(first: &EntityKey, entities: u64) -> ReadSoFar<'_> {
     }
 }
 
+/// The split of a range with no end and no ceiling known, with no task waiting, where
+/// partitions are not paced: read up to `after`, `next` seen ahead, `read` so far.
+fn unbounded_split(
+    probe: &dyn KeyProbe,
+    after: &EntityKey,
+    next: Option<&EntityKey>,
+    read: ReadSoFar<'_>,
+) -> Option<Split> {
+    run(find_split(
+        probe,
+        after,
+        next,
+        None,
+        None,
+        Some(read),
+        None,
+        true,
+    ))
+    .unwrap()
+}
+
 /// `n` entities in each of four key shapes, named.
 fn four_shapes(n: u64) -> [(&'static str, Sorted); 4] {
     [
@@ -926,18 +947,8 @@ fn a_partition_still_being_read_does_not_measure_the_ones_after_it() {
             largest_partition: 1_000,
             ..plain_read(&t.0[0], 1_000)
         };
-        let split = run(find_split(
-            &t,
-            &t.0[999],
-            next,
-            None,
-            None,
-            Some(read),
-            None,
-            true,
-        ))
-        .unwrap()
-        .unwrap_or_else(|| panic!("partitions of {size}: no split"));
+        let split = unbounded_split(&t, &t.0[999], next, read)
+            .unwrap_or_else(|| panic!("partitions of {size}: no split"));
         assert!(split.at.pk.as_str() > "events", "{split:?}");
         assert_eq!(split.estimate, None, "nothing measures them");
     }
@@ -1460,17 +1471,7 @@ fn split_after(t: &Sorted, read: usize, page_largest: Option<u64>) -> Option<(Sp
     };
     let ahead = &t.0[read..(read + 1000).min(t.0.len())];
     let next = ahead.iter().find(|k| k.pk != after.pk);
-    let split = run(find_split(
-        t,
-        after,
-        next,
-        None,
-        None,
-        Some(so_far),
-        None,
-        true,
-    ))
-    .unwrap()?;
+    let split = unbounded_split(t, after, next, so_far)?;
     let above = t.0[read..].iter().filter(|k| **k >= split.at).count();
     Some((split, above))
 }
@@ -2339,18 +2340,7 @@ fn a_density_carried_far_is_checked_by_a_sample() {
         ..plain_read(&t.0[0], 2_000)
     };
     let split = |probe: &dyn KeyProbe| {
-        let s = run(find_split(
-            probe,
-            &t.0[1_999],
-            Some(&t.0[2_000]),
-            None,
-            None,
-            Some(read),
-            None,
-            true,
-        ))
-        .unwrap()
-        .expect("a split");
+        let s = unbounded_split(probe, &t.0[1_999], Some(&t.0[2_000]), read).expect("a split");
         s.estimate.expect("an estimate") * (1 + s.pieces.len() as u64)
     };
     let unsampled = split(&Unsampled(&t));
@@ -2651,19 +2641,8 @@ fn a_remainder_measured_without_a_large_partition_is_checked_by_a_sample() {
         largest_partition: 3_000,
         ..plain_read(&t.0[0], read_to as u64)
     };
-    let split = |probe: &dyn KeyProbe| {
-        run(find_split(
-            probe,
-            &t.0[read_to - 1],
-            Some(&t.0[read_to]),
-            None,
-            None,
-            Some(read),
-            None,
-            true,
-        ))
-        .unwrap()
-    };
+    let split =
+        |probe: &dyn KeyProbe| unbounded_split(probe, &t.0[read_to - 1], Some(&t.0[read_to]), read);
     assert!(split(&Unsampled(&t)).is_none(), "unsampled: no cut");
     let s = split(&t).expect("a cut");
     let upper = t.0.iter().filter(|k| **k >= s.at).count();
