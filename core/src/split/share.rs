@@ -214,7 +214,11 @@ pub(super) fn cluster_bound(recent: Option<(&str, u64)>, reached: &str) -> Optio
 /// Entities left between `reached` and `hi` if keys lie there as densely as the
 /// `entities` read from `from` up to `reached` did ([`remainder_estimate`] in the space
 /// [`measured_fraction`] measures).
-fn rest_after((from, entities): (&str, u64), hi: Option<&str>, reached: &str) -> Option<f64> {
+pub(super) fn rest_after(
+    (from, entities): (&str, u64),
+    hi: Option<&str>,
+    reached: &str,
+) -> Option<f64> {
     let at = measured_fraction(from, hi, reached)?;
     remainder_estimate(entities, at, 1.0 - at)
 }
