@@ -305,7 +305,18 @@ impl Scale {
         let common = b.as_ref().map_or(0, |b| common_units(&a, b));
         let alphas = match &b {
             Some(b) => {
-                let tail = |v: &[u32]| v[common..].iter().take(places).copied().collect::<Vec<_>>();
+                // A few digits of a hex key seldom show a letter: its tail's next places
+                // count too, for hex letters only (other letters further on are more
+                // often another field, a ULID-like key's random part after its time).
+                let tail = |v: &[u32]| {
+                    v[common..]
+                        .iter()
+                        .take(places.max(FRACTION_PLACES))
+                        .enumerate()
+                        .filter(|&(i, &u)| i < places || matches!(u, 0x41..=0x46 | 0x61..=0x66))
+                        .map(|(_, &u)| u)
+                        .collect::<Vec<_>>()
+                };
                 let mut tails: Vec<Vec<u32>> = also
                     .iter()
                     .map(|k| ords(k))
@@ -902,5 +913,22 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// Regression: a hex key whose first differing places are digits is still cut in
+    /// hex. Between `3981a5c2…` and `4`, the places read (`3981`) were digits alone and
+    /// the point was cut in decimal (`399…`): every key from `39a` up to `3fff` lay
+    /// above it. In the split model's random shapes of GUID and hex keys, pieces came
+    /// out empty or twice the size of the others (15 empty of 31 tasks).
+    #[test]
+    fn hex_keys_with_digits_first_are_cut_in_hex() {
+        let at = point_at("3981a5c2d0e4", Some("4"), 0.5);
+        assert!(
+            cmp_keys(&at, "3c").is_gt() && cmp_keys(&at, "3d").is_lt(),
+            "halfway from 0x3981 to 0x4000 is 0x3cc0: {at}"
+        );
+        // Letters past `f` further on are another field: the places stay decimal.
+        let at = point_at("0065548163OZTV", Some("00657"), 0.5);
+        assert!(at[4..].chars().all(|c| c.is_ascii_digit()), "{at}");
     }
 }
