@@ -147,6 +147,11 @@ async fn keep(
     // The message stays invisible until this instant unless extended.
     let mut deadline = Instant::now() + claimed_for;
     let mut next = Instant::now() + claimed_for / 3;
+    // The window the message was last made invisible for: the claim's, then each
+    // extension's. The margin kept before the deadline is a sixth of it; a sixth of the
+    // extensions' own (10 s of 60) left a claim of 15 s, checked at 5 s, no time to be
+    // extended, and every task that ran past 5 s was given up.
+    let mut window = claimed_for;
     // Set after an extension whose outcome is unknown: it may have landed, replacing the
     // receipt we hold with one we never saw.
     let mut uncertain = false;
@@ -155,7 +160,7 @@ async fn keep(
             _ = stop.cancelled() => return,
             _ = tokio::time::sleep_until(next) => {}
         }
-        let margin = visibility / 6;
+        let margin = window / 6;
         let left = deadline.saturating_duration_since(Instant::now());
         if left <= margin {
             tracing::warn!(
@@ -181,6 +186,7 @@ async fn keep(
                     m.lease_renewed();
                 }
                 deadline = asked_at + visibility;
+                window = visibility;
                 next = asked_at + visibility / 3;
                 uncertain = false;
             }
@@ -241,6 +247,26 @@ mod tests {
         assert!(!lease.lost().is_cancelled());
         assert_eq!(queue.snapshot(), vec![("task".into(), 1, false)]);
         assert!(queue.calls(Op::Update) >= 9, "extended every 10 s");
+        lease.complete().await.unwrap();
+        assert!(queue.texts().is_empty(), "completed: deleted");
+    }
+
+    /// Regression: a message claimed for less than the visibility (the worker claims
+    /// for 15 s, then extends by 60) was given up at the first check, 5 s in, with 10 s
+    /// left against a margin of a sixth of 60: every task that ran longer was lost.
+    #[tokio::test(start_paused = true)]
+    async fn a_short_claim_is_extended_to_the_full_visibility() {
+        let queue = Arc::new(MemoryQueue::new("q"));
+        let message = claimed(&queue).await;
+        let lease = Lease::start(
+            queue.clone(),
+            &message,
+            Duration::from_secs(15),
+            Duration::from_secs(60),
+        );
+        tokio::time::sleep(Duration::from_secs(300)).await;
+        assert!(!lease.lost().is_cancelled(), "the lease was given up");
+        assert_eq!(queue.snapshot(), vec![("task".into(), 1, false)]);
         lease.complete().await.unwrap();
         assert!(queue.texts().is_empty(), "completed: deleted");
     }
