@@ -34,12 +34,13 @@ pub enum ConfigError {
     },
     /// A key nobody defines (often a typo).
     #[error(
-        "connection string has unknown key {key:?}; known keys are DefaultEndpointsProtocol, AccountName, \
+        "connection string has unknown key {key}; known keys are DefaultEndpointsProtocol, AccountName, \
          AccountKey, EndpointSuffix, BlobEndpoint, QueueEndpoint, TableEndpoint, FileEndpoint, \
          SharedAccessSignature, UseDevelopmentStorage, DevelopmentStorageProxyUri"
     )]
     UnknownKey {
-        /// The key as written (keys are never secret).
+        /// The key, quoted as written where it could be a key name; otherwise its
+        /// length only (a secret pasted without its name reads as a key).
         key: String,
     },
     /// A value is present but empty.
@@ -52,7 +53,7 @@ pub enum ConfigError {
     #[error(transparent)]
     Credential(#[from] CredentialError),
     /// `DefaultEndpointsProtocol` is not http or https.
-    #[error("DefaultEndpointsProtocol must be http or https, not {0:?}")]
+    #[error("DefaultEndpointsProtocol must be http or https, not {0}")]
     InvalidProtocol(String),
     /// An endpoint value is not a usable http(s) URL.
     #[error("{key} is not a valid http(s) URL: {reason}")]

@@ -241,7 +241,7 @@ impl ConnectionString {
                 | "filesecondaryendpoint" => continue,
                 _ => {
                     return Err(ConfigError::UnknownKey {
-                        key: key.to_string(),
+                        key: shown_key(key),
                     });
                 }
             };
@@ -301,7 +301,7 @@ impl ConnectionString {
             None => "https",
             Some(p) if p.eq_ignore_ascii_case("https") => "https",
             Some(p) if p.eq_ignore_ascii_case("http") => "http",
-            Some(p) => return Err(ConfigError::InvalidProtocol(p.to_string())),
+            Some(p) => return Err(ConfigError::InvalidProtocol(shown_key(p))),
         };
         let suffix = self
             .endpoint_suffix
@@ -424,6 +424,23 @@ impl StorageAccount {
     /// See [`StorageAccount::resolve_with`].
     pub fn resolve(given: Option<&str>, setting: AccountSetting) -> Result<Self, ConfigError> {
         Self::resolve_with(given, setting, &AuthConfig::process()?)
+    }
+}
+
+
+/// A connection-string key or value nobody defines, as an error may show it: quoted as
+/// written where it could be a name (a typo, `AcountKey`; `ftp`), otherwise only its
+/// length. A secret pasted without its `AccountKey=` reads as a key up to its base64
+/// padding's `=`, and was printed in full.
+fn shown_key(key: &str) -> String {
+    let plausible = key.len() <= 40 && key.chars().all(|c| c.is_ascii_alphanumeric());
+    if plausible {
+        format!("{key:?}")
+    } else {
+        format!(
+            "of {} characters, not shown (a key or signature pasted without its name?)",
+            key.chars().count()
+        )
     }
 }
 

@@ -102,6 +102,10 @@ fn accepted_connection_strings() {
     }
 }
 
+/// An account key as the portal shows it (Azurite's well-known one).
+const PASTED: &str =
+    "Eby8vdM02xNOcqFlqUwJPLlCEtaD9hjmbfMbkQw6RLY3IvRTQlvu3fUsmTAsBwaoQ2JDnRlQ9uBtMd3Unid/ow==";
+
 #[test]
 fn rejected_connection_strings_say_what_is_wrong_without_the_key() {
     let secret = "c2VjcmV0c2VjcmV0";
@@ -162,6 +166,15 @@ fn rejected_connection_strings_say_what_is_wrong_without_the_key() {
             "AccountName has an empty value",
         ),
         (format!("={secret}"), "empty key"),
+        // A key pasted without its name reads as a key up to its padding.
+        (
+            format!("AccountName=a;{PASTED}"),
+            "unknown key of 86 characters, not shown",
+        ),
+        (
+            format!("DefaultEndpointsProtocol={PASTED};AccountName=a"),
+            "must be http or https, not of 88 characters, not shown",
+        ),
     ];
     for (input, expected) in cases {
         let err = StorageAccount::from_connection_string(input)
@@ -172,6 +185,7 @@ fn rejected_connection_strings_say_what_is_wrong_without_the_key() {
             "{input:?} gave {err:?}, wanted {expected:?}"
         );
         assert!(!err.contains(secret), "{err} echoes the secret");
+        assert!(!err.contains(&PASTED[..20]), "{err} echoes the pasted key");
     }
 }
 
