@@ -18,7 +18,7 @@ pub enum ExitCode {
     Usage = 2,
     /// The job finished but is incomplete: some tasks were poisoned or batches failed.
     Incomplete = 3,
-    /// Verification found differences or corrupt data.
+    /// Verification found differences or corrupt data, or a backup file is damaged.
     Mismatch = 4,
     /// Interrupted by the user; the job can be resumed.
     Interrupted = 130,
@@ -72,11 +72,11 @@ pub fn error_code(e: &Error) -> ExitCode {
         Error::Storage(Storage::Cancelled { .. }) => ExitCode::Interrupted,
         Error::Storage(Storage::Config(_) | Storage::InvalidRequest { .. }) => ExitCode::Usage,
         Error::Storage(s) if matches!(s.status(), Some(401 | 403)) => ExitCode::Usage,
-        Error::Storage(_)
-        | Error::Corrupt(_)
-        | Error::Internal(_)
-        | Error::Stalled(_)
-        | Error::Step { .. } => ExitCode::Failed,
+        // A damaged backup file: retrying will not mend it.
+        Error::Corrupt(_) => ExitCode::Mismatch,
+        Error::Storage(_) | Error::Internal(_) | Error::Stalled(_) | Error::Step { .. } => {
+            ExitCode::Failed
+        }
     }
 }
 
@@ -103,7 +103,7 @@ mod tests {
             retry_after: None,
         };
         assert_eq!(error_code(&Error::Storage(busy)), ExitCode::Failed);
-        assert_eq!(error_code(&Error::Corrupt("x".into())), ExitCode::Failed);
+        assert_eq!(error_code(&Error::Corrupt("x".into())), ExitCode::Mismatch);
     }
 
     use tablevault_azure::Error as Storage;

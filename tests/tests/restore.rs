@@ -369,6 +369,63 @@ async fn a_killed_worker_mid_restore_is_redone() {
     assert_same_tables(&scan_all(&client, &dst).await, &source);
 }
 
+/// Regression: a commit record that lost its blobs, still recording its entities, was
+/// restored as nothing and reported complete (exit 0); with `replace` into the live
+/// table the restore then deleted every entity the backup no longer listed. The
+/// records' counts are now checked before anything is created or written.
+#[tokio::test]
+async fn a_record_that_lost_its_blobs_is_refused_before_anything_is_written() {
+    let Setup {
+        env,
+        client,
+        table,
+        source,
+        t,
+    } = numbered("lostblobs", 4, 100).await;
+    let mut req = backup_of(&env.account, &table);
+    req.ranges_per_table = Some(2);
+    let backup = run_backup(&req, &t, &watch_opts(2, &env.account))
+        .await
+        .unwrap();
+    let blobs = store(&t);
+    let manifest = load_manifest(&blobs, &backup.backup_id)
+        .await
+        .unwrap()
+        .unwrap();
+    let path = &manifest.tables[0].ranges[0].commit;
+    let mut commit = blobs.commit_record(path).await.unwrap();
+    assert!(commit.entities > 0);
+    commit.blobs.clear();
+    blob_client(&t)
+        .put_blob(
+            path,
+            Bytes::from(serde_json::to_vec(&commit).unwrap()),
+            &PutOptions::default(),
+        )
+        .await
+        .unwrap();
+
+    let dst = unique_table("lostdst");
+    for (target_table, mode) in [(&table, RestoreMode::Replace), (&dst, RestoreMode::Upsert)] {
+        let mut r = RestoreRequest::new(&backup.backup_id, env.account.clone());
+        r.renames = vec![(table.clone(), target_table.clone())];
+        r.mode = mode;
+        let err = run_restore(&r, &t, &watch_opts(2, &env.account))
+            .await
+            .expect_err("a backup whose records disagree is refused");
+        assert!(
+            err.to_string().contains("records") && err.to_string().contains(&commit.task),
+            "{err}"
+        );
+        assert_eq!(error_code(&err), ExitCode::Mismatch, "{err}");
+    }
+    assert_same_tables(&scan_all(&client, &table).await, &source);
+    assert!(
+        !client.table_exists(&dst).await.unwrap(),
+        "no table was created"
+    );
+}
+
 #[tokio::test]
 async fn a_corrupt_block_is_reported_and_nothing_from_it_is_written() {
     let Setup {
