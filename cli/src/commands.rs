@@ -1,6 +1,7 @@
 //! Running each command: resolve its accounts and options, call the control plane (with
 //! in-process workers and a progress display when asked), and return a typed outcome.
 
+use std::io::Write as _;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -229,7 +230,8 @@ async fn restore(a: RestoreArgs, shutdown: &CancellationToken) -> Result<Outcome
     }
     let endpoint = AccountRef::of(&target)?;
     if !a.output.json {
-        eprintln!(
+        let _ = writeln!(
+            std::io::stderr(),
             "restoring backup {} into account {} ({}), mode {}",
             a.backup_id,
             endpoint.account,
@@ -287,7 +289,7 @@ fn confirm(tables: &[String], target: &AccountRef, mode: RestoreMode) -> Result<
             "{what}. Pass --yes to go ahead (see --dry-run for what would change)"
         )));
     }
-    eprint!("{what}.\nRestore into them? [y/N] ");
+    let _ = write!(std::io::stderr(), "{what}.\nRestore into them? [y/N] ");
     let _ = std::io::stderr().flush();
     let mut answer = String::new();
     std::io::stdin()

@@ -2,6 +2,7 @@
 //! Errors go to stderr, or into the JSON object with the exit code.
 
 use serde::Serialize;
+use std::io::Write as _;
 use tablevault_coordinator::Error;
 use tablevault_coordinator::report::{BackupReport, RestoreReport};
 use tablevault_coordinator::restore::RestorePlan;
@@ -173,7 +174,8 @@ pub fn print_error(e: &Error, code: ExitCode, json: bool) {
     if json {
         print_json(&serde_json::json!({ "error": e.to_string(), "exit_code": code as i32 }));
     } else {
-        eprintln!("error: {e}");
+        // Ignored if stderr is closed: `eprintln!` would panic.
+        let _ = writeln!(std::io::stderr(), "error: {e}");
     }
 }
 

@@ -285,6 +285,30 @@ async fn a_closed_output_ends_the_command_without_a_panic() {
     assert_eq!(out.status.code(), Some(141), "{stderr}");
 }
 
+/// A closed stderr (`tablevault … 2>&1 | head -1`) loses the logs but not the command:
+/// the log writer reported its failed writes with `eprintln!` to the same stderr, which
+/// panicked (exit 101). Against a dead endpoint the command fails as it would with
+/// stderr open (exit 1).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_closed_stderr_ends_the_command_without_a_panic() {
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    let conn = conn_at("http://127.0.0.1:1/devstoreaccount1");
+    let out = tokio::task::spawn_blocking(move || {
+        command(
+            &["list", "-vv", "--deadline", "2"],
+            &[("TABLEVAULT_BACKUP", &conn)],
+        )
+        .stdout(std::process::Stdio::piped())
+        .stderr(writer)
+        .output()
+        .unwrap()
+    })
+    .await
+    .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+}
+
 /// A connection string whose every endpoint is `endpoint`.
 fn conn_at(endpoint: &str) -> String {
     format!(

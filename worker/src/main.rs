@@ -2,6 +2,7 @@
 //! tasks from the queue in the backup account and runs them until stopped (Ctrl-C or
 //! SIGTERM, after which tasks in flight give their messages back).
 
+use std::io::Write as _;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -96,7 +97,7 @@ fn main() -> std::process::ExitCode {
             match run(args).await {
                 Ok(()) => std::process::ExitCode::SUCCESS,
                 Err(e) => {
-                    eprintln!("error: {e:#}");
+                    let _ = writeln!(std::io::stderr(), "error: {e:#}");
                     std::process::ExitCode::from(1)
                 }
             }

@@ -1,6 +1,7 @@
 //! Process plumbing shared by the `tablevault` and `tablevault-worker` binaries: logging,
 //! shutdown signals and allocator tuning.
 
+use std::io::Write as _;
 use tablevault_azure::config::AccountSetting;
 use tokio_util::sync::CancellationToken;
 
@@ -40,6 +41,9 @@ pub fn init_logging(format: LogFormat, default_level: &str) {
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        // A log line that cannot be written is dropped: reported with `eprintln!` to
+        // the same closed stderr (`tablevault … 2>&1 | head -1`), it panicked (exit 101).
+        .log_internal_errors(false)
         .with_target(false);
     let _ = match format {
         LogFormat::Text => builder.try_init(),
@@ -98,7 +102,7 @@ pub fn shutdown_on_signal() -> CancellationToken {
         tracing::info!("shutdown requested; press Ctrl-C again to exit at once");
         t.cancel();
         signal().await;
-        eprintln!("interrupted");
+        let _ = writeln!(std::io::stderr(), "interrupted");
         std::process::exit(130);
     });
     token

@@ -427,7 +427,6 @@ impl StorageAccount {
     }
 }
 
-
 /// A connection-string key or value nobody defines, as an error may show it: quoted as
 /// written where it could be a name (a typo, `AcountKey`; `ftp`), otherwise only its
 /// length. A secret pasted without its `AccountKey=` reads as a key up to its base64
