@@ -145,7 +145,7 @@ async fn tighten(
 /// from is checked with a probe ([`decide`]).
 const CHECKED_EXTRAPOLATION: f64 = 8.0;
 
-/// Keys the check of a far-carried density samples: a page.
+/// Keys the check of a doubtful density (carried far, or not holding) samples: a page.
 const SAMPLE_KEYS: usize = 1_000;
 
 /// What a sample of the remainder from `lo` up to `hi` says against the `read`
@@ -306,12 +306,12 @@ async fn decide(
             .and_then(|page| share::rest_after(page, hi.as_deref(), input.lo))
             .is_some_and(|recent| recent * 2.0 < rest || recent > 2.0 * rest)
     };
-    let far = cut.by_value
+    let doubtful = cut.by_value
         && cut
             .rest
             .is_some_and(|rest| rest > CHECKED_EXTRAPOLATION * read || shifting(rest));
     let checked = match (&fanned, hi.as_deref()) {
-        _ if !far => None,
+        _ if !doubtful => None,
         (Some((points, _)), _) if points.len() >= 2 => {
             let i = (points.len() - 1) / 2;
             Some((points[i].clone(), points[i + 1].clone()))
