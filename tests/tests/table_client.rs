@@ -50,6 +50,29 @@ async fn tables_create_list_page_and_delete() {
     assert!(matches!(err, Error::InvalidRequest { .. }), "{err}");
 }
 
+/// Regression: table names are case-insensitive on the service, and a table exists
+/// under its name in any case. A `TableName eq` filter is not: `MULTI1` was taken for a
+/// new table beside a live `Multi1`, and a restore renamed into it skipped the question
+/// it asks before writing into a table that holds entities.
+#[tokio::test]
+async fn a_table_exists_under_its_name_in_any_case() {
+    let env = TestEnv::start().await;
+    let client = TableClient::new(&env.account).unwrap();
+    let name = unique_table("Case");
+    client.create_table(&name).await.unwrap();
+    for other in [name.to_ascii_uppercase(), name.to_ascii_lowercase()] {
+        assert!(client.table_exists(&other).await.unwrap(), "{other}");
+    }
+    // A neighbour in either case is not it.
+    assert!(!client.table_exists(&format!("{name}x")).await.unwrap());
+    assert!(
+        !client
+            .table_exists(&name[..name.len() - 1].to_ascii_uppercase())
+            .await
+            .unwrap()
+    );
+}
+
 #[tokio::test]
 async fn missing_table_is_a_clear_404() {
     let env = TestEnv::start().await;

@@ -146,11 +146,24 @@ impl TableClient {
 
     /// Every table in the account, asking for `page_size` names per page.
     pub async fn list_tables_paged(&self, page_size: Option<u32>) -> Result<Vec<String>> {
+        self.list_tables_where(None, page_size).await
+    }
+
+    /// The tables `filter` (an OData filter on `TableName`) selects, following
+    /// `NextTableName` across pages.
+    async fn list_tables_where(
+        &self,
+        filter: Option<&str>,
+        page_size: Option<u32>,
+    ) -> Result<Vec<String>> {
         const OP: &str = "Query Tables";
         let mut names = Vec::new();
         let mut next: Option<String> = None;
         loop {
             let mut req = Request::new(OP, Method::GET, "/Tables");
+            if let Some(f) = filter {
+                req = req.query("$filter", f.to_string());
+            }
             if let Some(top) = page_size {
                 req = req.query("$top", top.min(MAX_PAGE_SIZE).to_string());
             }
@@ -171,16 +184,30 @@ impl TableClient {
         }
     }
 
-    /// Whether a table exists.
+    /// Whether a table exists, under this name in any case: the service's table names
+    /// are case-insensitive (`MULTI1` is `Multi1`), but a `TableName eq` filter is not,
+    /// and found no `Multi1` for `MULTI1`, so a restore renamed into `MULTI1` went ahead
+    /// as into a new table, without asking, while writing into the live `Multi1`. The
+    /// names beginning with the name's letter in either case are listed and compared.
     pub async fn table_exists(&self, name: &str) -> Result<bool> {
         const OP: &str = "Query Tables";
         check_table_name(OP, name)?;
-        let req = Request::new(OP, Method::GET, "/Tables")
-            .query("$filter", format!("TableName eq {}", string_literal(name)));
-        let resp = self.svc.send(req).await?;
-        let list: TableList = serde_json::from_slice(&resp.body)
-            .map_err(|e| Error::invalid_response(OP, format!("table list: {e}")))?;
-        Ok(list.value.iter().any(|t| t.name.eq_ignore_ascii_case(name)))
+        let first = name.chars().next().unwrap_or('a');
+        let starting_with = |c: char| {
+            let after = char::from_u32(c as u32 + 1).unwrap_or(c);
+            format!(
+                "(TableName ge {} and TableName lt {})",
+                string_literal(&c.to_string()),
+                string_literal(&after.to_string())
+            )
+        };
+        let filter = format!(
+            "{} or {}",
+            starting_with(first.to_ascii_uppercase()),
+            starting_with(first.to_ascii_lowercase())
+        );
+        let names = self.list_tables_where(Some(&filter), None).await?;
+        Ok(names.iter().any(|t| t.eq_ignore_ascii_case(name)))
     }
 
     /// Creates a table. A table still being deleted (`409 TableBeingDeleted`, which lasts
