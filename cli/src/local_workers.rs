@@ -50,8 +50,9 @@ impl LocalWorkers for InProcessWorkers {
         let mut running = JoinSet::new();
         // One process: a split wakes all of its idle workers.
         let work_queued = Arc::new(Notify::new());
-        for _ in 0..self.count {
+        for instance in 0..self.count {
             let mut config = WorkerConfig::new(location.account.clone(), &location.queue);
+            config.instance = Some(instance);
             config.sources = self.accounts.clone();
             config.targets = self.accounts.clone();
             config.concurrency = 1;

@@ -59,6 +59,11 @@ pub struct WorkerConfig {
     /// a first task read the rest of a table of 6,000 entities in 30-80 ms, before any
     /// idle worker polled again, and read 81-93% of it alone (split soak).
     pub work_queued: Arc<Notify>,
+    /// Which of several workers in one process this is (the CLI's `--workers N`), for
+    /// an identity, and so a heartbeat, of its own: sharing the process's, N workers
+    /// counted as one live worker, and each took the whole of `--max-rate` (four
+    /// in-process workers read at 3.5 times the cap).
+    pub instance: Option<usize>,
 }
 
 /// The longest wait between polls of an empty queue, by default. Short: as a job
@@ -95,6 +100,7 @@ impl WorkerConfig {
             metrics: Arc::new(WorkerMetrics::new()),
             health: Arc::new(Health::default()),
             work_queued: Arc::new(Notify::new()),
+            instance: None,
         }
     }
 }
@@ -160,7 +166,10 @@ impl Worker {
         if config.client_options.observer.is_none() {
             config.client_options.observer = Some(config.metrics.clone());
         }
-        let identity = worker_identity();
+        let identity = match config.instance {
+            Some(i) => format!("{}-w{i}", worker_identity()),
+            None => worker_identity(),
+        };
         let jobs = JobFiles::new(
             backends.store_for,
             config.client_options.clone(),
@@ -330,6 +339,23 @@ pub(crate) mod tests {
         };
         let worker = Worker::with_backends(config, Arc::new(WorkerStats::default()), backends);
         (worker, queue)
+    }
+
+    /// Regression: in-process workers shared the process's identity, and so one
+    /// heartbeat per job: the fleet counted them as one live worker, and each took the
+    /// whole of the job's rate.
+    #[test]
+    fn workers_of_one_process_have_identities_of_their_own() {
+        let identity = |instance| {
+            let mut config = WorkerConfig::new(StorageAccount::emulator(), "q");
+            config.instance = instance;
+            let (worker, _) = worker_on_fakes_configured(Arc::new(MemoryBlobs::new("c")), config);
+            worker.identity.clone()
+        };
+        let (a, b, daemon) = (identity(Some(0)), identity(Some(1)), identity(None));
+        assert_ne!(a, b);
+        assert_eq!(daemon, worker_identity());
+        assert!(a.starts_with(&daemon) && b.starts_with(&daemon), "{a} {b}");
     }
 
     /// A task of a job that does not exist: once claimed, it is dropped.
