@@ -102,7 +102,7 @@ fn accepted_connection_strings() {
     }
 }
 
-/// An account key as the portal shows it (Azurite's well-known one).
+/// An account key as the portal shows it (88 characters of base64).
 const PASTED: &str =
     "Eby8vdM02xNOcqFlqUwJPLlCEtaD9hjmbfMbkQw6RLY3IvRTQlvu3fUsmTAsBwaoQ2JDnRlQ9uBtMd3Unid/ow==";
 
