@@ -241,7 +241,7 @@ impl ConnectionString {
                 | "filesecondaryendpoint" => continue,
                 _ => {
                     return Err(ConfigError::UnknownKey {
-                        key: shown_key(key),
+                        key: shown_name(key),
                     });
                 }
             };
@@ -301,7 +301,7 @@ impl ConnectionString {
             None => "https",
             Some(p) if p.eq_ignore_ascii_case("https") => "https",
             Some(p) if p.eq_ignore_ascii_case("http") => "http",
-            Some(p) => return Err(ConfigError::InvalidProtocol(shown_key(p))),
+            Some(p) => return Err(ConfigError::InvalidProtocol(shown_name(p))),
         };
         let suffix = self
             .endpoint_suffix
@@ -431,7 +431,7 @@ impl StorageAccount {
 /// written where it could be a name (a typo, `AcountKey`; `ftp`), otherwise only its
 /// length. A secret pasted without its `AccountKey=` reads as a key up to its base64
 /// padding's `=`, and was printed in full.
-fn shown_key(key: &str) -> String {
+fn shown_name(key: &str) -> String {
     let plausible = key.len() <= 40 && key.chars().all(|c| c.is_ascii_alphanumeric());
     if plausible {
         format!("{key:?}")
