@@ -64,6 +64,12 @@ async fn a_blob_of_several_blocks_reads_back_block_by_block() {
 
     let err = c.get_range(name, offset + 10, 5).await.unwrap_err();
     assert_eq!(err.status(), Some(416));
+    // A range that starts inside the blob and runs past its end: the service answers
+    // with what there is. That is final (a blob shorter than its record), not a cut
+    // connection to retry until the deadline.
+    let err = c.get_range(name, offset - 3, 10).await.unwrap_err();
+    assert_eq!(err.status(), Some(416), "{err}");
+    assert!(!err.is_retryable(), "{err}");
 }
 
 #[tokio::test]

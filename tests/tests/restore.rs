@@ -371,10 +371,12 @@ async fn a_killed_worker_mid_restore_is_redone() {
 
 /// Regression: a commit record that lost its blobs, still recording its entities, was
 /// restored as nothing and reported complete (exit 0); with `replace` into the live
-/// table the restore then deleted every entity the backup no longer listed. The
-/// records' counts are now checked before anything is created or written.
+/// table the restore then deleted every entity the backup no longer listed. A data
+/// blob cut short or gone wrote the other ranges, then poisoned a task. The records'
+/// counts and the data blobs' sizes are now checked before anything is created or
+/// written.
 #[tokio::test]
-async fn a_record_that_lost_its_blobs_is_refused_before_anything_is_written() {
+async fn a_backup_whose_files_disagree_with_its_records_is_refused_before_anything_is_written() {
     let Setup {
         env,
         client,
@@ -382,48 +384,76 @@ async fn a_record_that_lost_its_blobs_is_refused_before_anything_is_written() {
         source,
         t,
     } = numbered("lostblobs", 4, 100).await;
-    let mut req = backup_of(&env.account, &table);
-    req.ranges_per_table = Some(2);
-    let backup = run_backup(&req, &t, &watch_opts(2, &env.account))
-        .await
-        .unwrap();
-    let blobs = store(&t);
-    let manifest = load_manifest(&blobs, &backup.backup_id)
-        .await
-        .unwrap()
-        .unwrap();
-    let path = &manifest.tables[0].ranges[0].commit;
-    let mut commit = blobs.commit_record(path).await.unwrap();
-    assert!(commit.entities > 0);
-    commit.blobs.clear();
-    blob_client(&t)
-        .put_blob(
-            path,
-            Bytes::from(serde_json::to_vec(&commit).unwrap()),
-            &PutOptions::default(),
-        )
-        .await
-        .unwrap();
-
-    let dst = unique_table("lostdst");
-    for (target_table, mode) in [(&table, RestoreMode::Replace), (&dst, RestoreMode::Upsert)] {
-        let mut r = RestoreRequest::new(&backup.backup_id, env.account.clone());
-        r.renames = vec![(table.clone(), target_table.clone())];
-        r.mode = mode;
-        let err = run_restore(&r, &t, &watch_opts(2, &env.account))
+    // Each damage to a fresh backup of the same table: a commit record that lost its
+    // blobs, a data blob cut short (Azure answers a range past its end with what there
+    // is), a data blob gone.
+    for damage in ["record lost its blobs", "blob cut short", "blob deleted"] {
+        let mut req = backup_of(&env.account, &table);
+        req.ranges_per_table = Some(2);
+        let backup = run_backup(&req, &t, &watch_opts(2, &env.account))
             .await
-            .expect_err("a backup whose records disagree is refused");
+            .unwrap();
+        let blobs = store(&t);
+        let manifest = load_manifest(&blobs, &backup.backup_id)
+            .await
+            .unwrap()
+            .unwrap();
+        let path = &manifest.tables[0].ranges[0].commit;
+        let mut commit = blobs.commit_record(path).await.unwrap();
+        assert!(commit.entities > 0);
+        let data = commit.blobs[0].name.clone();
+        let client_of_blobs = blob_client(&t);
+        let named = match damage {
+            "record lost its blobs" => {
+                commit.blobs.clear();
+                client_of_blobs
+                    .put_blob(
+                        path,
+                        Bytes::from(serde_json::to_vec(&commit).unwrap()),
+                        &PutOptions::default(),
+                    )
+                    .await
+                    .unwrap();
+                commit.task.clone()
+            }
+            "blob cut short" => {
+                let bytes = client_of_blobs.get(&data).await.unwrap();
+                client_of_blobs
+                    .put_blob(
+                        &data,
+                        bytes.slice(..bytes.len() / 2),
+                        &PutOptions::default(),
+                    )
+                    .await
+                    .unwrap();
+                data.clone()
+            }
+            _ => {
+                assert!(client_of_blobs.delete(&data).await.unwrap());
+                data.clone()
+            }
+        };
+
+        let dst = unique_table("lostdst");
+        for (target_table, mode) in [(&table, RestoreMode::Replace), (&dst, RestoreMode::Upsert)] {
+            let mut r = RestoreRequest::new(&backup.backup_id, env.account.clone());
+            r.renames = vec![(table.clone(), target_table.clone())];
+            r.mode = mode;
+            let err = run_restore(&r, &t, &watch_opts(2, &env.account))
+                .await
+                .expect_err("a backup whose files disagree with its records is refused");
+            assert!(
+                err.to_string().contains("nothing was written") && err.to_string().contains(&named),
+                "{damage}: {err}"
+            );
+            assert_eq!(error_code(&err), ExitCode::Mismatch, "{damage}: {err}");
+        }
+        assert_same_tables(&scan_all(&client, &table).await, &source);
         assert!(
-            err.to_string().contains("records") && err.to_string().contains(&commit.task),
-            "{err}"
+            !client.table_exists(&dst).await.unwrap(),
+            "{damage}: no table was created"
         );
-        assert_eq!(error_code(&err), ExitCode::Mismatch, "{err}");
     }
-    assert_same_tables(&scan_all(&client, &table).await, &source);
-    assert!(
-        !client.table_exists(&dst).await.unwrap(),
-        "no table was created"
-    );
 }
 
 #[tokio::test]

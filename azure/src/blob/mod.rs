@@ -292,6 +292,23 @@ impl BlobClient {
             .send_with(req, |resp| {
                 if resp.body.len() as u64 == length {
                     Ok(resp.body)
+                } else if let Some(size) = resp
+                    .header("content-range")
+                    .and_then(|v| blob_ends_before(v, offset + length))
+                {
+                    // The service answered whole: the blob is shorter than the range
+                    // (Azure answers 206 with what there is; 416 only past the end).
+                    // Asking again gives the same answer.
+                    Err(Error::Service {
+                        op: OP,
+                        status: 416,
+                        code: Some("InvalidRange".into()),
+                        message: format!(
+                            "{blob} holds {size} bytes; bytes {offset}-{} were asked for",
+                            offset + length - 1
+                        ),
+                        retry_after: None,
+                    })
                 } else {
                     // A truncated answer is worth another try.
                     Err(Error::Transport {
@@ -419,6 +436,14 @@ fn apply_put_options(
     req
 }
 
+/// The blob's size, from a `Content-Range` of `bytes S-E/SIZE`, when it says the blob
+/// ends before `asked_end` (exclusive): the short answer is whole, not cut in transit.
+fn blob_ends_before(content_range: &str, asked_end: u64) -> Option<u64> {
+    let (_, size) = content_range.trim().rsplit_once('/')?;
+    let size: u64 = size.parse().ok()?;
+    (size < asked_end).then_some(size)
+}
+
 fn etag(resp: &Response) -> String {
     resp.header("etag").unwrap_or_default().to_string()
 }
@@ -470,6 +495,14 @@ mod tests {
                 size: 3
             }]
         );
+    }
+
+    #[test]
+    fn a_range_past_the_blob_end_is_told_from_a_cut_answer() {
+        assert_eq!(blob_ends_before("bytes 100-149/150", 200), Some(150));
+        assert_eq!(blob_ends_before("bytes 100-199/5000", 200), None);
+        assert_eq!(blob_ends_before("bytes 100-199/*", 200), None);
+        assert_eq!(blob_ends_before("garbage", 200), None);
     }
 
     #[test]

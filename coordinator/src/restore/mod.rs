@@ -21,6 +21,7 @@ pub use control::{cancel, find_restore, resume, status};
 pub use preview::{PlannedTable, RestorePlan, non_empty_targets, preview};
 pub use watch::watch;
 
+use std::collections::BTreeMap;
 use std::time::Instant;
 
 use futures::StreamExt;
@@ -172,6 +173,8 @@ async fn all_tasks(
             .await;
         let commits = commits.into_iter().collect::<Result<Vec<_>>>()?;
         check_counts(backup_id, mt, &commits)?;
+        let data = format!("{}{source}/", BackupPaths::new(backup_id).data_root());
+        check_blobs(backup_id, mt, &commits, &store.blob_sizes(&data).await?)?;
         for c in &commits {
             tasks.extend(
                 tasks_for(
@@ -232,6 +235,37 @@ fn check_counts(backup_id: &str, table: &ManifestTable, commits: &[CommitRecord]
             "its ranges record {in_ranges} entities, the manifest {}",
             table.entities
         ));
+    }
+    Ok(())
+}
+
+/// Refuses a backup whose data blobs are gone or shorter than the blocks their records
+/// name, before anything is written: otherwise the other ranges are written and the
+/// damaged one's task is poisoned, a half-restored table.
+fn check_blobs(
+    backup_id: &str,
+    table: &ManifestTable,
+    commits: &[CommitRecord],
+    sizes: &BTreeMap<String, u64>,
+) -> Result<()> {
+    for blob in commits.iter().flat_map(|c| &c.blobs) {
+        let needed = blob
+            .blocks
+            .iter()
+            .map(|b| b.offset.saturating_add(b.length))
+            .max()
+            .unwrap_or(0);
+        let problem = match sizes.get(&blob.name) {
+            None => "is missing".to_string(),
+            Some(&size) if size < needed => {
+                format!("holds {size} bytes, its blocks end at byte {needed}")
+            }
+            Some(_) => continue,
+        };
+        return Err(Error::Corrupt(format!(
+            "backup {backup_id}, table {}: data blob {} {problem}; nothing was written",
+            table.name, blob.name
+        )));
     }
     Ok(())
 }

@@ -9,6 +9,7 @@ mod storage;
 mod writer;
 mod written;
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -256,6 +257,18 @@ impl Store {
             .collect())
     }
 
+    /// Every blob under `prefix` with its size in bytes.
+    pub async fn blob_sizes(&self, prefix: &str) -> Result<BTreeMap<String, u64>> {
+        Ok(self
+            .blobs
+            .list(prefix, None)
+            .await?
+            .blobs
+            .into_iter()
+            .map(|b| (b.name, b.content_length))
+            .collect())
+    }
+
     /// The virtual directories directly under `prefix` (without their trailing `/`).
     pub async fn list_dirs(&self, prefix: &str) -> Result<Vec<String>> {
         Ok(self
@@ -364,10 +377,19 @@ impl Store {
         block: &BlockRecord,
         compression: Compression,
     ) -> Result<DecodedBlock> {
-        let data = self
-            .blobs
-            .get_range(blob, block.offset, block.length)
-            .await?;
+        let data = match self.blobs.get_range(blob, block.offset, block.length).await {
+            Ok(data) => data,
+            // The blob ends before the block its record names: damaged, for good.
+            Err(e) if e.has_code("InvalidRange") => {
+                return Err(StoreError::Corrupt(format!(
+                    "{blob}: block {} (bytes {} to {}) lies past the blob's end: {e}",
+                    block.id,
+                    block.offset,
+                    block.offset + block.length
+                )));
+            }
+            Err(e) => return Err(e.into()),
+        };
         decode_checked(&data, blob, block, compression)
     }
 }
