@@ -2,7 +2,7 @@
 //! each block self-contained and optionally compressed on its own, packed from a stream
 //! of entities with memory bounded by one block.
 
-mod block;
+pub(crate) mod block;
 mod compress;
 mod escape;
 mod packer;
