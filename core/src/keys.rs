@@ -73,12 +73,23 @@ impl PartialOrd for EntityKey {
     }
 }
 
+/// An entity's key, both parts always shown: `("p", "")` is an entity whose RowKey is
+/// empty, not a partition.
 impl fmt::Display for EntityKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.rk.is_empty() {
-            write!(f, "{:?}", self.pk)
+        write!(f, "({:?}, {:?})", self.pk, self.rk)
+    }
+}
+
+/// A range bound: `"p"` is the start of partition `p` (RowKey `""`), else the key.
+struct Bound<'a>(&'a EntityKey);
+
+impl fmt::Display for Bound<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.0.rk.is_empty() {
+            write!(f, "{:?}", self.0.pk)
         } else {
-            write!(f, "({:?}, {:?})", self.pk, self.rk)
+            self.0.fmt(f)
         }
     }
 }
@@ -208,11 +219,11 @@ fn segment_filters(
 impl fmt::Display for KeyRange {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match &self.start {
-            Some(s) => write!(f, "[{s}")?,
+            Some(s) => write!(f, "[{}", Bound(s))?,
             None => f.write_str("(-inf")?,
         }
         match &self.end {
-            Some(e) => write!(f, ", {e})"),
+            Some(e) => write!(f, ", {})", Bound(e)),
             None => f.write_str(", +inf)"),
         }
     }
@@ -280,6 +291,17 @@ mod tests {
         assert_eq!(cmp_keys("a", "b"), Ordering::Less);
         assert_eq!(cmp_keys("", "a"), Ordering::Less);
         assert_eq!(cmp_keys("ab", "a"), Ordering::Greater);
+    }
+
+    /// An entity with an empty RowKey is shown as both parts; a range bound at a
+    /// partition's start as the partition.
+    #[test]
+    fn an_empty_row_key_is_shown_as_an_entity_and_as_a_partition_bound() {
+        let k = EntityKey::new("p", "");
+        assert_eq!(k.to_string(), r#"("p", "")"#);
+        assert_eq!(EntityKey::new("p", "r").to_string(), r#"("p", "r")"#);
+        let r = KeyRange::new(Some(k), Some(EntityKey::new("q", "r")));
+        assert_eq!(r.to_string(), r#"["p", ("q", "r"))"#);
     }
 
     #[test]
