@@ -32,8 +32,11 @@ use crate::progress::ProgressBar;
 pub enum Outcome {
     /// `backup` and `status`.
     Backup(BackupReport),
-    /// `restore`, `resume`, `cancel`, and `status` of a restore.
+    /// `restore` and `resume`.
     Restore(RestoreReport),
+    /// `cancel`: the restore as it stands once cancelled (the command did what was
+    /// asked, whatever the restore had written).
+    Cancelled(RestoreReport),
     /// `status` of a restore: where it stands, not how this command ended.
     RestoreStatus(RestoreReport),
     /// `restore --dry-run`.
@@ -65,7 +68,7 @@ pub async fn run(command: Command, shutdown: &CancellationToken) -> Result<Outco
             let location = a.store.location(shutdown)?;
             tablevault_coordinator::restore::cancel(&location, &a.restore_id)
                 .await
-                .map(Outcome::Restore)
+                .map(Outcome::Cancelled)
         }
         Command::Verify(a) => verify(a, shutdown).await.map(Outcome::Verify),
         Command::Prune(a) => prune(a, shutdown).await.map(Outcome::Retention),

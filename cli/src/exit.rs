@@ -32,14 +32,14 @@ pub fn outcome_code(outcome: &Outcome) -> ExitCode {
             | JobStatus::Failed
             | JobStatus::Cancelled
             | JobStatus::Deleting => ExitCode::Incomplete,
-            JobStatus::Mismatch => ExitCode::Mismatch,
+            JobStatus::Mismatch | JobStatus::Damaged => ExitCode::Mismatch,
             JobStatus::Interrupted => ExitCode::Interrupted,
             JobStatus::Complete | JobStatus::InProgress => ExitCode::Ok,
         },
         Outcome::Restore(r) => match r.status {
             JobStatus::Complete => ExitCode::Ok,
             JobStatus::Interrupted => ExitCode::Interrupted,
-            JobStatus::Mismatch => ExitCode::Mismatch,
+            JobStatus::Mismatch | JobStatus::Damaged => ExitCode::Mismatch,
             JobStatus::InProgress => ExitCode::Ok,
             JobStatus::Incomplete
             | JobStatus::Failed
@@ -55,10 +55,10 @@ pub fn outcome_code(outcome: &Outcome) -> ExitCode {
             | JobStatus::Failed
             | JobStatus::Cancelled
             | JobStatus::Deleting => ExitCode::Incomplete,
-            JobStatus::Mismatch => ExitCode::Mismatch,
+            JobStatus::Mismatch | JobStatus::Damaged => ExitCode::Mismatch,
             JobStatus::Complete | JobStatus::InProgress | JobStatus::Interrupted => ExitCode::Ok,
         },
-        Outcome::List { .. } | Outcome::RestorePlan(_) => ExitCode::Ok,
+        Outcome::List { .. } | Outcome::RestorePlan(_) | Outcome::Cancelled(_) => ExitCode::Ok,
         Outcome::Retention(r) if r.failed.is_empty() => ExitCode::Ok,
         Outcome::Retention(_) => ExitCode::Failed,
     }
@@ -104,6 +104,29 @@ mod tests {
         };
         assert_eq!(error_code(&Error::Storage(busy)), ExitCode::Failed);
         assert_eq!(error_code(&Error::Corrupt("x".into())), ExitCode::Mismatch);
+    }
+
+    /// `cancel` did what it was asked, so it succeeds; `status` of the cancelled
+    /// restore still says it did not write everything.
+    #[test]
+    fn a_cancel_that_cancelled_succeeds() {
+        let cancelled: tablevault_coordinator::report::RestoreReport =
+            serde_json::from_value(serde_json::json!({
+                "restore_id": "r", "backup_id": "b", "status": "cancelled", "mode": "upsert",
+                "target_account": "a", "target_endpoint": "http://x", "created_at": "",
+                "entities": 10, "deleted": 0, "verification": null, "tables": [],
+                "written": 3, "failures": [], "poisoned": [], "duration_seconds": 1.0,
+                "entities_per_second": 3.0, "peak_rss_bytes": null
+            }))
+            .unwrap();
+        assert_eq!(
+            outcome_code(&Outcome::Cancelled(cancelled.clone())),
+            ExitCode::Ok
+        );
+        assert_eq!(
+            outcome_code(&Outcome::RestoreStatus(cancelled)),
+            ExitCode::Incomplete
+        );
     }
 
     use tablevault_azure::Error as Storage;

@@ -19,13 +19,17 @@ pub use commands::Outcome;
 /// Parses the command line, runs the command, prints its outcome and returns the process
 /// exit code.
 pub async fn main() -> std::process::ExitCode {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => return usage_error(&e, std::env::args_os().any(|a| a == "--json")),
+    };
     tablevault_worker::process::init_logging(cli.log_format, cli.log_level());
     let json = cli.command.json();
+    let log = cli.log_format;
     if let Err(e) = cli.auth.install() {
         let e = tablevault_coordinator::Error::Config(e);
         let code = exit::error_code(&e);
-        output::print_error(&e, code, json);
+        output::print_error(&e, code, json, log);
         return std::process::ExitCode::from(code as u8);
     }
     let shutdown = tablevault_worker::process::shutdown_on_signal();
@@ -36,9 +40,23 @@ pub async fn main() -> std::process::ExitCode {
         }
         Err(e) => {
             let code = exit::error_code(&e);
-            output::print_error(&e, code, json);
+            output::print_error(&e, code, json, log);
             code
         }
     };
     std::process::ExitCode::from(code as u8)
+}
+
+/// A command line clap refused (or `--help`, `--version`): clap's text as usual, and with
+/// `--json` also the error object on stdout, so a script reading stdout learns why.
+fn usage_error(e: &clap::Error, json: bool) -> std::process::ExitCode {
+    let code = e.exit_code();
+    if json && e.use_stderr() {
+        let rendered = e.render().to_string();
+        let first = rendered.lines().next().unwrap_or_default();
+        let message = first.strip_prefix("error: ").unwrap_or(first);
+        output::print_json(&serde_json::json!({ "error": message, "exit_code": code }));
+    }
+    let _ = e.print();
+    std::process::ExitCode::from(u8::try_from(code).unwrap_or(exit::ExitCode::Usage as u8))
 }

@@ -2,7 +2,6 @@
 //! Errors go to stderr, or into the JSON object with the exit code.
 
 use serde::Serialize;
-use std::io::Write as _;
 use tablevault_coordinator::Error;
 use tablevault_coordinator::report::{BackupReport, RestoreReport};
 use tablevault_coordinator::restore::RestorePlan;
@@ -11,6 +10,7 @@ use tablevault_core::protocol::{JobStatus, RestoreMode};
 
 use crate::commands::Outcome;
 use crate::exit::ExitCode;
+use tablevault_worker::process::LogFormat;
 
 /// Prints a value as pretty JSON on stdout.
 pub fn print_json<T: Serialize + ?Sized>(value: &T) {
@@ -25,8 +25,12 @@ pub fn print_outcome(outcome: &Outcome, json: bool) {
     match (outcome, json) {
         (Outcome::Backup(r), true) => print_json(r),
         (Outcome::Backup(r), false) => print_backup(r),
-        (Outcome::Restore(r) | Outcome::RestoreStatus(r), true) => print_json(r),
-        (Outcome::Restore(r) | Outcome::RestoreStatus(r), false) => print_restore(r),
+        (Outcome::Restore(r) | Outcome::RestoreStatus(r) | Outcome::Cancelled(r), true) => {
+            print_json(r)
+        }
+        (Outcome::Restore(r) | Outcome::RestoreStatus(r) | Outcome::Cancelled(r), false) => {
+            print_restore(r)
+        }
         (Outcome::Verify(r), true) => print_json(r),
         (Outcome::Verify(r), false) => print_verify(r),
         (Outcome::Retention(r), json) => crate::retention_output::print(r, json),
@@ -56,6 +60,12 @@ pub fn print_outcome(outcome: &Outcome, json: bool) {
                 println!("no backups in container {container:?}");
             } else {
                 print_backup_table(backups);
+            }
+            for (id, problem) in backups
+                .iter()
+                .filter_map(|b| Some((&b.backup_id, b.problem.as_ref()?)))
+            {
+                println!("{id} is damaged: {problem} (`tablevault forget {id}` removes it)");
             }
             if !restores.is_empty() {
                 println!("restores:");
@@ -170,12 +180,11 @@ pub fn print_restore_plan(p: &RestorePlan) {
 }
 
 /// Prints a failure.
-pub fn print_error(e: &Error, code: ExitCode, json: bool) {
+pub fn print_error(e: &Error, code: ExitCode, json: bool, log: LogFormat) {
     if json {
         print_json(&serde_json::json!({ "error": e.to_string(), "exit_code": code as i32 }));
     } else {
-        // Ignored if stderr is closed: `eprintln!` would panic.
-        let _ = writeln!(std::io::stderr(), "error: {e}");
+        tablevault_worker::process::print_failure(log, &e.to_string());
     }
 }
 
@@ -186,6 +195,7 @@ pub fn print_backup(r: &BackupReport) {
         JobStatus::Incomplete | JobStatus::Failed | JobStatus::Cancelled => "INCOMPLETE",
         JobStatus::Mismatch => "MISMATCH",
         JobStatus::Deleting => "BEING DELETED",
+        JobStatus::Damaged => "DAMAGED",
         JobStatus::Interrupted => "interrupted",
         JobStatus::InProgress => "in progress",
     };
@@ -288,13 +298,14 @@ pub fn print_restore(r: &RestoreReport) {
     }
     match &r.verification {
         Some(v) => {
+            let different: u64 = v.tables.iter().map(|t| t.counts.different).sum();
             println!(
                 "  verified in {:.1} s: {}",
                 v.duration_seconds,
                 if v.ok {
-                    "the target holds what the backup holds"
+                    verified(r.mode, different)
                 } else {
-                    "MISMATCH"
+                    "MISMATCH".to_string()
                 }
             );
             for t in &v.tables {
@@ -330,6 +341,26 @@ pub fn print_restore(r: &RestoreReport) {
             r.restore_id
         ),
         _ => {}
+    }
+}
+
+/// What a passed check after a restore shows, as the mode promises it: only `replace`
+/// makes the target the backup; the other modes leave what the backup does not hold,
+/// and `insert-skip` leaves existing entities as they were.
+fn verified(mode: RestoreMode, different: u64) -> String {
+    match mode {
+        RestoreMode::Replace => "the target holds exactly what the backup holds".into(),
+        RestoreMode::Upsert | RestoreMode::InsertFail => {
+            "every backed-up entity is in the target as backed up".into()
+        }
+        RestoreMode::Merge => {
+            "every backed-up entity is in the target with its backed-up properties".into()
+        }
+        RestoreMode::InsertSkip if different > 0 => format!(
+            "every backed-up key is in the target; {different} existing entities left alone \
+             differ from the backup"
+        ),
+        RestoreMode::InsertSkip => "every backed-up entity is in the target as backed up".into(),
     }
 }
 
@@ -382,4 +413,29 @@ fn print_poisoned(p: &tablevault_coordinator::report::PoisonReport) {
         .map(|r| format!(" (keys {r} missing)"))
         .unwrap_or_default();
     println!("  POISONED {}/{}{keys}: {}", p.table, p.task, p.reason);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Only `replace` may say the target is the backup; an `insert-skip` that left
+    /// differing entities alone says so.
+    #[test]
+    fn a_passed_check_says_what_the_mode_promised() {
+        assert!(verified(RestoreMode::Replace, 0).contains("exactly"));
+        for mode in [
+            RestoreMode::Upsert,
+            RestoreMode::Merge,
+            RestoreMode::InsertFail,
+            RestoreMode::InsertSkip,
+        ] {
+            assert!(!verified(mode, 0).contains("exactly"), "{mode:?}");
+        }
+        let skipped = verified(RestoreMode::InsertSkip, 3);
+        assert!(
+            skipped.contains("3 existing entities left alone differ"),
+            "{skipped}"
+        );
+    }
 }

@@ -76,6 +76,56 @@ fn configuration_errors_exit_2_and_never_echo_the_key() {
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
 }
 
+/// A script that asked for `--json` gets a JSON object on stdout for a refused command
+/// line too; with `--log-format json` every stderr line is JSON, the last error too.
+#[test]
+fn usage_errors_and_failures_keep_the_output_formats_asked_for() {
+    let o = tablevault(&["list", "--json", "--no-such-flag"], &[]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("JSON on stdout");
+    assert_eq!(v["exit_code"], 2, "{v}");
+    assert!(
+        v["error"].as_str().unwrap().contains("--no-such-flag"),
+        "{v}"
+    );
+    assert!(String::from_utf8_lossy(&o.stderr).contains("Usage"));
+
+    let o = tablevault(&["list", "--no-such-flag"], &[]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(o.stdout.is_empty(), "{}", text(&o));
+    let o = tablevault(&["list", "--json", "--help"], &[]);
+    assert_eq!(o.status.code(), Some(0));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("Usage"));
+
+    let o = tablevault(
+        &[
+            "list",
+            "--log-format",
+            "json",
+            "--backup",
+            "AccountName=a;AcountKey=c2VjcmV0X2tleQ==",
+        ],
+        &[],
+    );
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    let lines: Vec<&str> = stderr.lines().collect();
+    assert!(!lines.is_empty());
+    for line in &lines {
+        serde_json::from_str::<serde_json::Value>(line)
+            .unwrap_or_else(|e| panic!("not JSON ({e}): {line}"));
+    }
+    let last: serde_json::Value = serde_json::from_str(lines[lines.len() - 1]).unwrap();
+    assert_eq!(last["level"], "ERROR");
+    assert!(
+        last["fields"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("AcountKey")
+    );
+    assert!(!stderr.contains("c2VjcmV0X2tleQ"), "{stderr}");
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn backup_status_and_list_with_json_output() {
     let env = TestEnv::start().await;

@@ -6,8 +6,9 @@ use tablevault_core::protocol::{JobStatus, RestoreMode, is_valid_backup_id};
 use tablevault_core::store::{BackupPaths, Store, StoreError};
 
 use crate::Result;
-use crate::state::load_job;
+use crate::retention::policy::{format_time, time_of_id};
 use tablevault_core::job::finalize::settle_backup;
+use tablevault_core::protocol::BackupJob;
 
 /// One backup in the list.
 #[derive(Debug, Clone, Serialize)]
@@ -30,6 +31,33 @@ pub struct ListEntry {
     pub completed_at: Option<String>,
     /// Seconds from planning to completion (complete backups only).
     pub duration_seconds: Option<f64>,
+    /// What is wrong with a `damaged` backup.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub problem: Option<String>,
+}
+
+impl ListEntry {
+    /// A backup whose plan or manifest cannot be read. One damaged backup must not hide
+    /// the others: it is listed as such, so it can be seen and removed with `forget`.
+    fn damaged(id: &str, job: Option<&BackupJob>, problem: String) -> ListEntry {
+        ListEntry {
+            backup_id: id.to_string(),
+            created_at: job.map_or_else(
+                || time_of_id(id).map(format_time).unwrap_or_default(),
+                |j| j.created_at.clone(),
+            ),
+            status: JobStatus::Damaged,
+            source_account: job.map(|j| j.source.account.clone()).unwrap_or_default(),
+            tables: job.map_or_else(Vec::new, |j| {
+                j.tables.iter().map(|t| t.name.clone()).collect()
+            }),
+            entities: None,
+            stored_bytes: None,
+            completed_at: None,
+            duration_seconds: None,
+            problem: Some(problem),
+        }
+    }
 }
 
 /// Seconds between two RFC 3339 times, if both parse and are in order.
@@ -63,13 +91,31 @@ pub async fn list(store: &Store) -> Result<Vec<ListEntry>> {
                 stored_bytes: None,
                 duration_seconds: None,
                 completed_at: None,
+                problem: None,
             });
             continue;
         }
-        let Ok(job) = load_job(store, &id).await else {
-            continue; // not a tablevault backup (or unreadable): skip rather than fail the list
+        let job = match store.backup_job(&id).await {
+            Ok(Some(job)) => job,
+            Ok(None) => continue, // not a tablevault backup
+            Err(StoreError::Corrupt(why)) => {
+                out.push(ListEntry::damaged(
+                    &id,
+                    None,
+                    format!("plan unreadable: {why}"),
+                ));
+                continue;
+            }
+            Err(e) => return Err(e.into()),
         };
-        let manifest = settle_backup(store, &job).await?;
+        let manifest = match settle_backup(store, &job).await {
+            Ok(m) => m,
+            Err(StoreError::Corrupt(why)) => {
+                out.push(ListEntry::damaged(&id, Some(&job), why));
+                continue;
+            }
+            Err(e) => return Err(e.into()),
+        };
         let status = if manifest.is_some() {
             JobStatus::Complete
         } else if store
@@ -93,6 +139,7 @@ pub async fn list(store: &Store) -> Result<Vec<ListEntry>> {
                 .as_ref()
                 .and_then(|m| seconds_between(&job.created_at, &m.completed_at)),
             completed_at: manifest.map(|m| m.completed_at),
+            problem: None,
         });
     }
     Ok(out)
@@ -134,10 +181,11 @@ pub async fn list_restores(store: &Store) -> Result<Vec<RestoreListEntry>> {
             let Ok(Some(job)) = store.restore_job(backup, &rid).await else {
                 continue;
             };
-            let status = store
-                .restore_state(backup, &rid)
-                .await?
-                .map_or(JobStatus::Interrupted, |s| s.status);
+            let status = match store.restore_state(backup, &rid).await {
+                Ok(state) => state.map_or(JobStatus::Interrupted, |s| s.status),
+                Err(StoreError::Corrupt(_)) => JobStatus::Damaged,
+                Err(e) => return Err(e.into()),
+            };
             out.push(RestoreListEntry {
                 restore_id: rid,
                 backup_id: backup.clone(),

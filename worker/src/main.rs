@@ -2,7 +2,6 @@
 //! tasks from the queue in the backup account and runs them until stopped (Ctrl-C or
 //! SIGTERM, after which tasks in flight give their messages back).
 
-use std::io::Write as _;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -12,7 +11,9 @@ use tablevault_azure::config::{AccountSetting, FALLBACK_ENV, fallback_configured
 use tablevault_core::protocol::{DEFAULT_QUEUE, DEFAULT_WORKER_CONCURRENCY};
 use tablevault_worker::auth::AuthArgs;
 use tablevault_worker::process::{BACKUP, SOURCE, TARGET};
-use tablevault_worker::process::{LogFormat, init_logging, shutdown_on_signal, tune_allocator};
+use tablevault_worker::process::{
+    LogFormat, init_logging, print_failure, shutdown_on_signal, tune_allocator,
+};
 use tablevault_worker::serve::serve;
 use tablevault_worker::{AccountSet, Worker, WorkerConfig, WorkerStats};
 use tokio_util::sync::CancellationToken;
@@ -93,11 +94,12 @@ fn main() -> std::process::ExitCode {
         .expect("tokio runtime")
         .block_on(async {
             let args = Args::parse();
-            init_logging(args.log_format, "info");
+            let log_format = args.log_format;
+            init_logging(log_format, "info");
             match run(args).await {
                 Ok(()) => std::process::ExitCode::SUCCESS,
                 Err(e) => {
-                    let _ = writeln!(std::io::stderr(), "error: {e:#}");
+                    print_failure(log_format, &format!("{e:#}"));
                     std::process::ExitCode::from(1)
                 }
             }

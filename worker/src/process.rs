@@ -51,6 +51,26 @@ pub fn init_logging(format: LogFormat, default_level: &str) {
     };
 }
 
+/// The line a command's failure ends with on stderr, in the log format: `error: …`, or
+/// with `--log-format json` one JSON object shaped like the log lines, so a collector
+/// that parses every line does not trip over the last one.
+pub fn failure_line(format: LogFormat, message: &str) -> String {
+    match format {
+        LogFormat::Text => format!("error: {message}"),
+        LogFormat::Json => serde_json::json!({
+            "timestamp": tablevault_core::protocol::now_rfc3339(),
+            "level": "ERROR",
+            "fields": { "message": message },
+        })
+        .to_string(),
+    }
+}
+
+/// Writes [`failure_line`] to stderr; a closed stderr is ignored (`eprintln!` panics).
+pub fn print_failure(format: LogFormat, message: &str) {
+    let _ = writeln!(std::io::stderr(), "{}", failure_line(format, message));
+}
+
 /// Makes glibc's allocator give memory back: buffers of 256 KiB and more (entity pages,
 /// blocks, compression contexts) are mapped and unmapped instead of coming from heaps
 /// that glibc grows and keeps, and two arenas serve all threads. Without this, glibc

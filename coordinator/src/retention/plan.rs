@@ -52,7 +52,10 @@ pub(crate) fn prune(backups: &[Surveyed], req: &PruneRequest) -> (Vec<Decision>,
             .push(b);
     }
     let newest: Vec<&str> = newest_complete(backups);
-    for group in groups.values() {
+    for group in groups.values_mut() {
+        // Newest first, by time then id as `newest_complete` ranks them: backups planned
+        // in the same second must not each count as the newest.
+        group.sort_by(|a, b| (b.started, &b.id).cmp(&(a.started, &a.id)));
         let times: Vec<i64> = group.iter().map(|b| b.started).collect();
         for (b, mut why) in group.iter().zip(apply(&req.policy, &times)) {
             if newest.contains(&b.id.as_str()) {
@@ -68,6 +71,14 @@ pub(crate) fn prune(backups: &[Surveyed], req: &PruneRequest) -> (Vec<Decision>,
         let go = match b.kind {
             Kind::Complete => why.is_empty(),
             Kind::Deleting => true,
+            Kind::Damaged => {
+                why.push(format!(
+                    "damaged: {} (`tablevault forget {}` removes it)",
+                    b.damage.as_deref().unwrap_or("unreadable"),
+                    b.id
+                ));
+                false
+            }
             Kind::InProgress | Kind::Incomplete | Kind::Leftover => {
                 let abandoned = is_abandoned(b, &req.abandoned_after, req.now);
                 if !abandoned {

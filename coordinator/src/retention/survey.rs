@@ -29,6 +29,9 @@ pub(crate) enum Kind {
     /// Files under a backup id without a plan (what an attempt that raced a deletion
     /// wrote).
     Leftover,
+    /// Its plan or manifest cannot be read: it cannot be restored, and only `forget`
+    /// removes it (a policy does not decide over what it cannot read).
+    Damaged,
 }
 
 impl Kind {
@@ -39,6 +42,7 @@ impl Kind {
             Kind::Incomplete => "incomplete",
             Kind::Deleting => "deleting",
             Kind::Leftover => "leftover",
+            Kind::Damaged => "damaged",
         }
     }
 }
@@ -56,6 +60,8 @@ pub(crate) struct Surveyed {
     pub last_activity: i64,
     /// Restores that still read it, described (`restore <id> in-progress`).
     pub readers: Vec<String>,
+    /// What cannot be read, for a damaged backup.
+    pub damage: Option<String>,
 }
 
 /// Every backup of the container, oldest first.
@@ -106,13 +112,25 @@ async fn survey_one(
             tables: d.tables,
             last_activity: started,
             readers,
+            damage: None,
         }));
     }
     let job = match store.backup_job(id).await {
         Ok(job) => job,
         Err(StoreError::Corrupt(why)) => {
-            tracing::warn!(backup = id, %why, "unreadable plan; leaving the backup alone");
-            return Ok(None);
+            let Some(started) = time_of_id(id) else {
+                return Ok(None);
+            };
+            return Ok(Some(Surveyed {
+                id: id.to_string(),
+                kind: Kind::Damaged,
+                started,
+                source_account: None,
+                tables: Vec::new(),
+                last_activity: started,
+                readers,
+                damage: Some(format!("plan unreadable: {why}")),
+            }));
         }
         Err(e) => return Err(e.into()),
     };
@@ -130,19 +148,24 @@ async fn survey_one(
             tables: Vec::new(),
             last_activity,
             readers,
+            damage: None,
         }));
     };
     let started = parse_time(&job.created_at)
         .or_else(|| time_of_id(id))
         .unwrap_or(0);
-    let kind = if settle_backup(store, &job).await?.is_some() {
-        Kind::Complete
-    } else if store.list_names(&paths.poison_root()).await?.is_empty() {
-        Kind::InProgress
-    } else {
-        Kind::Incomplete
+    let mut damage = None;
+    let kind = match settle_backup(store, &job).await {
+        Ok(Some(_)) => Kind::Complete,
+        Ok(None) if store.list_names(&paths.poison_root()).await?.is_empty() => Kind::InProgress,
+        Ok(None) => Kind::Incomplete,
+        Err(StoreError::Corrupt(why)) => {
+            damage = Some(why);
+            Kind::Damaged
+        }
+        Err(e) => return Err(e.into()),
     };
-    let last_activity = if kind == Kind::Complete {
+    let last_activity = if matches!(kind, Kind::Complete | Kind::Damaged) {
         started
     } else {
         activity(store, &paths, started).await?
@@ -155,6 +178,7 @@ async fn survey_one(
         tables: job.tables.iter().map(|t| t.name.clone()).collect(),
         last_activity,
         readers,
+        damage,
     }))
 }
 

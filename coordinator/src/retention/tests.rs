@@ -257,6 +257,79 @@ async fn forget_refuses_the_newest_and_what_restores_read() {
     assert_eq!(under(&blobs, &a), 0);
 }
 
+/// Backups planned in the same second: `--keep-last 1` keeps one of them, the one that
+/// also counts as the newest complete.
+#[tokio::test]
+async fn keep_last_one_keeps_one_of_backups_planned_in_the_same_second() {
+    let (_, store) = fakes();
+    let t = now() - DAY;
+    let a = complete(&store, t, "acct", "0000000a").await;
+    let b = complete(&store, t, "acct", "0000000b").await;
+    let last = KeepPolicy {
+        last: Count::Last(1),
+        ..Default::default()
+    };
+    let pruned = prune(&store, &prune_req(last)).await.unwrap();
+    assert_eq!(ids(&pruned.kept), [b.as_str()], "{:?}", pruned.kept);
+    assert_eq!(ids(&pruned.removed), [a.as_str()]);
+}
+
+/// One backup whose manifest or plan is unreadable: `list`, `prune` and `forget` still
+/// work over the others, show it as damaged, and `forget` removes it.
+#[tokio::test]
+async fn a_damaged_backup_is_listed_kept_by_prune_and_removed_by_forget() {
+    let (blobs, store) = fakes();
+    let old = complete(&store, now() - 3 * DAY, "acct", "0000000a").await;
+    let bad_manifest = complete(&store, now() - 2 * DAY, "acct", "0000000b").await;
+    let bad_plan = complete(&store, now() - 2 * DAY, "acct", "0000000c").await;
+    let newest = complete(&store, now() - DAY, "acct", "0000000d").await;
+    blobs.tamper(
+        &BackupPaths::new(&bad_manifest).manifest(),
+        bytes::Bytes::from_static(br#"{"format": 1, "backup_id": "#),
+    );
+    blobs.tamper(
+        &BackupPaths::new(&bad_plan).job(),
+        bytes::Bytes::from_static(b"\x00garbage"),
+    );
+
+    let listed = crate::listing::list(&store).await.unwrap();
+    let status = |id: &str| listed.iter().find(|e| e.backup_id == id).map(|e| e.status);
+    assert_eq!(listed.len(), 4, "{listed:?}");
+    assert_eq!(
+        status(&old),
+        Some(tablevault_core::protocol::JobStatus::Complete)
+    );
+    for id in [&bad_manifest, &bad_plan] {
+        let e = listed.iter().find(|e| &e.backup_id == id).unwrap();
+        assert_eq!(e.status, tablevault_core::protocol::JobStatus::Damaged);
+        assert!(e.problem.is_some() && !e.created_at.is_empty(), "{e:?}");
+    }
+
+    let last = KeepPolicy {
+        last: Count::Last(1),
+        ..Default::default()
+    };
+    let pruned = prune(&store, &prune_req(last)).await.unwrap();
+    assert_eq!(ids(&pruned.removed), [old.as_str()]);
+    for id in [&bad_manifest, &bad_plan] {
+        let kept = pruned.kept.iter().find(|d| &d.id == id).unwrap();
+        assert_eq!(kept.state, "damaged");
+        assert!(kept.reasons[0].contains("forget"), "{kept:?}");
+    }
+    assert!(pruned.kept.iter().any(|d| d.id == newest));
+
+    let req = ForgetRequest {
+        ids: vec![bad_manifest.clone(), bad_plan.clone()],
+        abandoned_after: "7d".parse().unwrap(),
+        dry_run: false,
+        now: now(),
+    };
+    let forgotten = forget(&store, &req).await.unwrap();
+    assert_eq!(forgotten.removed.len(), 2);
+    assert_eq!(under(&blobs, &bad_manifest) + under(&blobs, &bad_plan), 0);
+    assert_eq!(crate::listing::list(&store).await.unwrap().len(), 1);
+}
+
 /// A deletion stopped before each of its storage operations in turn: until it is done
 /// the backup is either whole or shows as being deleted (never complete with data
 /// missing), and the next prune finishes it.

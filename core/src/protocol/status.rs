@@ -27,6 +27,9 @@ pub enum JobStatus {
     /// A backup whose deletion (`prune`, `forget`) started and has not finished: it is
     /// not usable, and the next `prune` or `forget` finishes removing it.
     Deleting,
+    /// A job whose plan, manifest or state cannot be read (damaged or written by another
+    /// format): a backup in this state cannot be restored, and `forget` removes it.
+    Damaged,
 }
 
 impl JobStatus {
@@ -41,6 +44,7 @@ impl JobStatus {
             JobStatus::Cancelled => "cancelled",
             JobStatus::Mismatch => "mismatch",
             JobStatus::Deleting => "deleting",
+            JobStatus::Damaged => "damaged",
         }
     }
 
@@ -78,6 +82,7 @@ mod tests {
             JobStatus::Cancelled,
             JobStatus::Mismatch,
             JobStatus::Deleting,
+            JobStatus::Damaged,
         ] {
             assert_eq!(serde_json::to_value(s).unwrap(), s.as_str());
         }
