@@ -27,46 +27,101 @@ impl AccountSet {
         self.accounts.is_empty()
     }
 
-    /// The account a job refers to: same Table endpoint, or failing that the same name
-    /// (the endpoint can legitimately differ, e.g. a private endpoint).
+    /// The account a job refers to: same Table endpoint, or failing that the same
+    /// account under its Private Link name (`NAME.privatelink.table.core.windows.net`
+    /// for `NAME.table.core.windows.net`). A name alone is not enough: a Storage account
+    /// and a Cosmos DB Table account, two clouds, two emulators can share one, and a
+    /// worker matched by name read and wrote another account's table of the same name.
     pub fn find(&self, wanted: &AccountRef) -> Option<&StorageAccount> {
         let endpoint = normalize(&wanted.table_endpoint);
+        let table = |a: &StorageAccount| {
+            a.endpoint(Service::Table)
+                .map(|u| normalize(u.as_str()))
+                .ok()
+        };
         self.accounts
             .iter()
-            .find(|a| {
-                a.endpoint(Service::Table)
-                    .is_ok_and(|u| normalize(u.as_str()) == endpoint)
+            .find(|a| table(a).is_some_and(|u| u == endpoint))
+            .or_else(|| {
+                let service = service_domain(&endpoint, &wanted.account)?;
+                self.accounts.iter().find(|a| {
+                    a.name() == wanted.account
+                        && table(a).and_then(|u| service_domain(&u, a.name())) == Some(service.clone())
+                })
             })
-            .or_else(|| self.accounts.iter().find(|a| a.name() == wanted.account))
     }
+}
+
+/// For an Azure Table endpoint of account `name` (`https://NAME.table.SUFFIX`, or its
+/// Private Link name `NAME.privatelink.table.SUFFIX`), `table.SUFFIX` with the scheme:
+/// the same for both names of one account, different for a Cosmos DB account
+/// (`table.cosmos.azure.com`) or another cloud. `None` for any other endpoint (an
+/// emulator's `host:port/NAME`), which only an exact match finds.
+fn service_domain(endpoint: &str, name: &str) -> Option<String> {
+    let url = url::Url::parse(endpoint).ok()?;
+    if !matches!(url.path(), "" | "/") {
+        return None;
+    }
+    let host = url.host_str()?.to_ascii_lowercase();
+    let rest = host.strip_prefix(&format!("{}.", name.to_ascii_lowercase()))?;
+    let rest = rest.strip_prefix("privatelink.").unwrap_or(rest);
+    let port = url.port_or_known_default()?;
+    rest.starts_with("table.")
+        .then(|| format!("{}://{rest}:{port}", url.scheme()))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn account(conn: &str) -> StorageAccount {
+        StorageAccount::from_connection_string(conn).unwrap()
+    }
+
+    fn wanted(account: &str, table_endpoint: &str) -> AccountRef {
+        AccountRef {
+            account: account.into(),
+            table_endpoint: table_endpoint.into(),
+        }
+    }
+
     #[test]
-    fn finds_by_endpoint_then_name() {
-        let a = StorageAccount::from_connection_string(
-            "AccountName=one;AccountKey=a2V5;TableEndpoint=http://127.0.0.1:1/one",
-        )
-        .unwrap();
-        let b = StorageAccount::from_connection_string("AccountName=two;AccountKey=a2V5").unwrap();
-        let set = AccountSet::new(vec![a, b]);
-        let r = AccountRef {
-            account: "x".into(),
-            table_endpoint: "http://127.0.0.1:1/one/".into(),
-        };
-        assert_eq!(set.find(&r).unwrap().name(), "one");
-        let r = AccountRef {
-            account: "two".into(),
-            table_endpoint: "https://private.example/two".into(),
-        };
-        assert_eq!(set.find(&r).unwrap().name(), "two");
-        let r = AccountRef {
-            account: "three".into(),
-            table_endpoint: "https://three.table.core.windows.net".into(),
-        };
-        assert!(set.find(&r).is_none());
+    fn finds_by_endpoint_or_the_same_account_under_its_private_link_name() {
+        let set = AccountSet::new(vec![
+            account("AccountName=one;AccountKey=a2V5;TableEndpoint=http://127.0.0.1:1/one"),
+            account("AccountName=two;AccountKey=a2V5"),
+        ]);
+        let find = |r: &AccountRef| set.find(r).map(|a| a.name().to_string());
+        assert_eq!(find(&wanted("x", "http://127.0.0.1:1/one/")).as_deref(), Some("one"));
+        assert_eq!(
+            find(&wanted("two", "https://two.table.core.windows.net")).as_deref(),
+            Some("two")
+        );
+        assert_eq!(
+            find(&wanted("two", "https://TWO.privatelink.table.core.windows.net/")).as_deref(),
+            Some("two")
+        );
+        assert_eq!(find(&wanted("three", "https://three.table.core.windows.net")), None);
+    }
+
+    /// Regression: a worker holding another account of the same name (a Cosmos DB
+    /// Table account, another cloud, another emulator) backed up and restored into it.
+    #[test]
+    fn an_account_of_the_same_name_elsewhere_is_not_the_one_wanted() {
+        let set = AccountSet::new(vec![
+            account(
+                "AccountName=devstoreaccount1;AccountKey=a2V5;\
+                 TableEndpoint=http://127.0.0.1:22012/devstoreaccount1",
+            ),
+            account("AccountName=two;AccountKey=a2V5"),
+        ]);
+        for r in [
+            wanted("devstoreaccount1", "http://127.0.0.1:22002/devstoreaccount1"),
+            wanted("two", "https://two.table.cosmos.azure.com"),
+            wanted("two", "https://two.table.core.chinacloudapi.cn"),
+            wanted("two", "https://private.example/two"),
+        ] {
+            assert!(set.find(&r).is_none(), "{r:?}");
+        }
     }
 }
