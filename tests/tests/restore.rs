@@ -319,6 +319,29 @@ async fn each_mode_treats_existing_entities_as_documented() {
                     vec![EntityKey::new(damaged_key.0, damaged_key.1)]
                 );
                 assert_eq!(report.failures[0].code.as_deref(), Some("Conflict"));
+                // The report says: fix the cause, then `resume` retries what was not
+                // written. Regression: resume took the task with failed batches for
+                // done and wrote nothing.
+                client
+                    .delete_entity(&dst, damaged_key.0, damaged_key.1)
+                    .await
+                    .unwrap();
+                let resumed = resume(
+                    &t,
+                    &report.restore_id,
+                    &env.account,
+                    &watch_opts(2, &env.account),
+                )
+                .await
+                .unwrap();
+                assert_eq!(resumed.status, "complete", "{resumed:?}");
+                assert!(resumed.failures.is_empty(), "{:?}", resumed.failures);
+                let repaired = client
+                    .get_entity(&dst, damaged_key.0, damaged_key.1)
+                    .await
+                    .unwrap()
+                    .expect("resume wrote the entity whose batch had failed");
+                assert!(repaired.same_data(original));
             }
         }
     }

@@ -70,7 +70,8 @@ pub async fn status(location: &Location, job: &RestoreJob) -> Result<RestoreRepo
 
 /// `tablevault resume`: carries an interrupted (or orphaned) restore on from what was
 /// committed: marks it live again, re-enqueues every task without a done record (a
-/// poisoned one gets another chance), and watches it to the end.
+/// poisoned one gets another chance) and every task whose batches failed, and watches
+/// it to the end.
 pub async fn resume(
     location: &Location,
     restore_id: &str,
@@ -112,6 +113,18 @@ pub async fn resume(
     )
     .await?;
     let paths = BackupPaths::new(&job.backup_id);
+    // A task whose record lists failed batches ran, but did not write everything: it
+    // runs again (every mode replays safely; what it wrote is now identical). Its record
+    // goes first, or workers would drop the task as done.
+    let mut records = RestoreState::new(job.clone()).records;
+    records.refresh(&store).await?;
+    let retried: Vec<String> = records
+        .done
+        .iter()
+        .filter(|(_, r)| r.failed > 0 || !r.failures.is_empty())
+        .map(|((table, task), _)| paths.restore_done(restore_id, table, task))
+        .collect();
+    store.delete_all(&retried).await?;
     let done: std::collections::HashSet<String> = store
         .list_names(&paths.restore_done_root(restore_id))
         .await?
