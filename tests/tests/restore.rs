@@ -837,6 +837,55 @@ async fn a_mismatch_after_writing_fails_the_restore_with_exit_4() {
     );
 }
 
+/// Regression: `cancel` stopped only tasks not yet claimed; a task a worker was running
+/// wrote on to its end (a whole restore of 6,000 landed after `cancel` said 0 of
+/// 6,000). The attempt now stops within a couple of seconds of the cancel.
+#[tokio::test]
+async fn a_cancelled_restore_stops_the_task_a_worker_is_running() {
+    let Setup {
+        env,
+        client,
+        table,
+        t,
+        ..
+    } = numbered("inflight", 4, 500).await;
+    let mut req = backup_of(&env.account, &table);
+    req.ranges_per_table = Some(1);
+    let backup = run_backup(&req, &t, &watch_opts(1, &env.account))
+        .await
+        .unwrap();
+    let dst = unique_table("dst");
+    let mut r = RestoreRequest::new(&backup.backup_id, env.account.clone());
+    r.renames = vec![(table.clone(), dst.clone())];
+    r.max_rate = Some(200); // 2,000 entities: about ten seconds
+    let job = plan_and_enqueue(&r, &t).await.unwrap();
+    let stats = Arc::new(WorkerStats::default());
+    let w = Worker::new(
+        worker_config(&t, &env.account, Duration::from_secs(30)),
+        stats.clone(),
+    )
+    .unwrap();
+    let stop = CancellationToken::new();
+    let h = tokio::spawn(w.run(stop.clone()));
+    while stats.entities.load(std::sync::atomic::Ordering::Relaxed) == 0 {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    cancel(&t, &job.restore_id).await.unwrap();
+    // The worker reads the restore's state every two seconds and stops at its next
+    // batch.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let settled = scan_all(&client, &dst).await.len();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let later = scan_all(&client, &dst).await.len();
+    stop.cancel();
+    let _ = h.await;
+    assert_eq!(later, settled, "nothing written after the cancel took hold");
+    assert!(
+        settled < 2000,
+        "the task was stopped mid-way ({settled} written)"
+    );
+}
+
 /// A cancelled restore writes nothing more: its queued tasks are dropped by the workers
 /// that find them, a watch of it ends `cancelled`, and it cannot be resumed.
 #[tokio::test]

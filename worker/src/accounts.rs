@@ -46,7 +46,8 @@ impl AccountSet {
                 let service = service_domain(&endpoint, &wanted.account)?;
                 self.accounts.iter().find(|a| {
                     a.name() == wanted.account
-                        && table(a).and_then(|u| service_domain(&u, a.name())) == Some(service.clone())
+                        && table(a).and_then(|u| service_domain(&u, a.name()))
+                            == Some(service.clone())
                 })
             })
     }
@@ -92,16 +93,26 @@ mod tests {
             account("AccountName=two;AccountKey=a2V5"),
         ]);
         let find = |r: &AccountRef| set.find(r).map(|a| a.name().to_string());
-        assert_eq!(find(&wanted("x", "http://127.0.0.1:1/one/")).as_deref(), Some("one"));
+        assert_eq!(
+            find(&wanted("x", "http://127.0.0.1:1/one/")).as_deref(),
+            Some("one")
+        );
         assert_eq!(
             find(&wanted("two", "https://two.table.core.windows.net")).as_deref(),
             Some("two")
         );
         assert_eq!(
-            find(&wanted("two", "https://TWO.privatelink.table.core.windows.net/")).as_deref(),
+            find(&wanted(
+                "two",
+                "https://TWO.privatelink.table.core.windows.net/"
+            ))
+            .as_deref(),
             Some("two")
         );
-        assert_eq!(find(&wanted("three", "https://three.table.core.windows.net")), None);
+        assert_eq!(
+            find(&wanted("three", "https://three.table.core.windows.net")),
+            None
+        );
     }
 
     /// Regression: a worker holding another account of the same name (a Cosmos DB
@@ -116,7 +127,10 @@ mod tests {
             account("AccountName=two;AccountKey=a2V5"),
         ]);
         for r in [
-            wanted("devstoreaccount1", "http://127.0.0.1:22002/devstoreaccount1"),
+            wanted(
+                "devstoreaccount1",
+                "http://127.0.0.1:22002/devstoreaccount1",
+            ),
             wanted("two", "https://two.table.cosmos.azure.com"),
             wanted("two", "https://two.table.core.chinacloudapi.cn"),
             wanted("two", "https://private.example/two"),

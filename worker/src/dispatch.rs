@@ -24,6 +24,7 @@ use crate::attempt::backup::{BackupAttempt, BackupOutcome, Splitting};
 use crate::attempt::restore::{RestoreAttempt, RestoreOutcome};
 use crate::beats::{Beats, HEARTBEAT_PERIOD, IDLE_GRACE};
 use crate::fleet::{FleetShare, IDLE_METADATA};
+use crate::jobs::RESTORE_STATE_TTL;
 use crate::lease::Lease;
 use crate::limiter::AdaptiveLimit;
 use crate::metrics::Kind;
@@ -152,6 +153,20 @@ impl Worker {
             Ok(Some(state)) => !state.is_live(),
             Ok(None) => true,
             Err(_) => false,
+        }
+    }
+
+    /// Cancels `stop` once the task's restore is no longer running (checked every
+    /// [`RESTORE_STATE_TTL`]), then waits for ever: raced against the attempt, which
+    /// ends first.
+    async fn stop_when_restore_ends(&self, task: &TaskMessage, stop: &CancellationToken) {
+        loop {
+            tokio::time::sleep(RESTORE_STATE_TTL).await;
+            if self.restore_has_ended(task).await {
+                tracing::info!(task = %task.task, "the restore was cancelled or interrupted; stopping its task");
+                stop.cancel();
+                std::future::pending::<()>().await;
+            }
         }
     }
 
@@ -377,6 +392,11 @@ impl Worker {
                     settler.offer_to_others(&message, &receipt).await;
                     return;
                 };
+                // A restore cancelled or interrupted while this task runs: the attempt
+                // stops at its next batch and hands the message back, and whoever
+                // claims it next drops it. (Checked only at claim, a cancelled
+                // restore's tasks in flight wrote on to the end.)
+                let stop = shutdown.child_token();
                 let attempt = RestoreAttempt {
                     store: &store,
                     backup_id: &task.job,
@@ -389,11 +409,16 @@ impl Worker {
                     blob: *blob,
                     block: *block,
                     lost: lease.lost(),
-                    shutdown: shutdown.clone(),
+                    shutdown: stop.clone(),
                     stats: &self.stats,
                     worker: &self.identity,
                 };
-                let outcome = attempt.run().await;
+                let outcome = tokio::select! {
+                    outcome = attempt.run() => outcome,
+                    () = self.stop_when_restore_ends(&task, &stop) => {
+                        unreachable!("waits for ever once it has stopped the attempt")
+                    }
+                };
                 if let Ok(RestoreOutcome::Done(record)) = &outcome {
                     WorkerStats::add(&self.stats.tasks_committed, 1);
                     self.config

@@ -24,7 +24,7 @@ use crate::metrics::WorkerMetrics;
 const CACHE_LIMIT: usize = 256;
 
 /// How long a restore's state is trusted before it is read again.
-const STATE_TTL: Duration = Duration::from_secs(2);
+pub(crate) const RESTORE_STATE_TTL: Duration = Duration::from_secs(2);
 
 /// Builds the store of a container (the Azure one, or a fake in tests).
 pub type StoreFactory = Arc<dyn Fn(&str) -> Result<Store, ConfigError> + Send + Sync>;
@@ -139,7 +139,7 @@ impl JobFiles {
         Ok(job)
     }
 
-    /// Where a restore stands, read at most once per [`STATE_TTL`]: a cancelled or
+    /// Where a restore stands, read at most once per [`RESTORE_STATE_TTL`]: a cancelled or
     /// interrupted restore stops being worked on within that time.
     pub(crate) async fn restore_state(
         &self,
@@ -149,7 +149,7 @@ impl JobFiles {
     ) -> Result<Option<RestoreStateRecord>, StoreError> {
         let key = format!("{}/{backup}/{restore}", store.container());
         if let Some((at, state)) = self.restore_states.lock().expect("states lock").get(&key)
-            && at.elapsed() < STATE_TTL
+            && at.elapsed() < RESTORE_STATE_TTL
         {
             return Ok(state.clone());
         }

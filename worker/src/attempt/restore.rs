@@ -265,6 +265,7 @@ impl RestoreAttempt<'_> {
             p.acquire(1).await;
         }
         let guard = self.limiter.acquire_entities(1).await;
+        self.check_stop()?;
         let written = match self.job.mode {
             RestoreMode::Upsert | RestoreMode::Replace => {
                 self.target.upsert_entity(table, &entity, false).await
@@ -339,6 +340,9 @@ impl RestoreAttempt<'_> {
                 p.acquire(ops.len() as u64).await;
             }
             let guard = self.limiter.acquire_entities(ops.len() as u64).await;
+            // Checked again after the wait: batches in flight queue at the pacer, and a
+            // stop asked meanwhile (a cancel, a lost lease) must hold them there.
+            self.check_stop()?;
             match self.target.submit_batch(self.target_table, &ops).await {
                 Ok(()) => {
                     guard.success();
