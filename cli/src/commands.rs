@@ -1,7 +1,6 @@
 //! Running each command: resolve its accounts and options, call the control plane (with
 //! in-process workers and a progress display when asked), and return a typed outcome.
 
-use std::io::Write as _;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -233,14 +232,13 @@ async fn restore(a: RestoreArgs, shutdown: &CancellationToken) -> Result<Outcome
     }
     let endpoint = AccountRef::of(&target)?;
     if !a.output.json {
-        let _ = writeln!(
-            std::io::stderr(),
+        tablevault_worker::process::print_notice(&format!(
             "restoring backup {} into account {} ({}), mode {}",
             a.backup_id,
             endpoint.account,
             endpoint.table_endpoint,
             a.mode.as_str()
-        );
+        ));
     }
     if !a.yes {
         let occupied = restore::non_empty_targets(&req, &location).await?;

@@ -20,6 +20,7 @@ use tablevault_core::protocol::{
 use tablevault_core::stats::WorkerStats;
 use tablevault_core::store::{BackupPaths, CreateOutcome, Store};
 
+use crate::error::carry_on_hint;
 use crate::location::Location;
 use crate::plan::previous::{last_complete_backup, ranges_from_previous};
 use crate::plan::{Planning, discover_ranges, normalize_split_keys, ranges_from_split_keys};
@@ -112,6 +113,11 @@ async fn resolve_tables(
             Ok(existing)
         }
         Some(names) => {
+            if names.iter().any(|n| n.trim().is_empty()) {
+                return Err(Error::invalid(
+                    "--tables names an empty table (a stray comma?)",
+                ));
+            }
             let mut out: Vec<String> = Vec::new();
             let mut missing = Vec::new();
             for n in names {
@@ -224,10 +230,17 @@ pub async fn plan(req: &BackupRequest, location: &Location) -> Result<BackupJob>
         tool_version: env!("CARGO_PKG_VERSION").to_string(),
     };
     store.create_container().await?;
+    let id = &job.backup_id;
     match store
-        .create(&BackupPaths::new(&job.backup_id).job(), &job, Vec::new())
-        .await?
-    {
+        .create(&BackupPaths::new(id).job(), &job, Vec::new())
+        .await
+        .map_err(|e| {
+            // Stopped or failed mid-put, the plan may have landed: name the backup.
+            Error::from(e).in_step(format!(
+                "writing the plan of backup {id} (if `tablevault list` shows it, \
+                 `tablevault status {id} --wait` carries it on)"
+            ))
+        })? {
         CreateOutcome::Created => Ok(job),
         CreateOutcome::AlreadyExists => Err(Error::Internal(format!(
             "backup id {} is already taken",
@@ -527,7 +540,10 @@ pub async fn run_backup(
     let (job, ()) = tokio::try_join!(plan(req, location), location.create_queues())?;
     tracing::info!(backup_id = %job.backup_id, tasks = job.task_count(), "planned");
     let planning_seconds = started.elapsed().as_secs_f64();
-    let mut report = enqueue_and_watch(location, job, opts).await?;
+    let id = job.backup_id.clone();
+    let mut report = enqueue_and_watch(location, job, opts)
+        .await
+        .map_err(|e| carry_on_hint(e, &format!("backup {id}"), &format!("status {id} --wait")))?;
     report.planning_seconds = Some(planning_seconds);
     // Report the whole command's rate, planning included.
     report.timed(started.elapsed().as_secs_f64());

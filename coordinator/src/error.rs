@@ -48,6 +48,17 @@ impl From<StoreError> for Error {
     }
 }
 
+/// A failure of a job that exists (`job`: `backup <id>`), named with the command that
+/// carries it on (`command`: `status <id> --wait`), unless it says how already: an
+/// interrupted or failed command printed no id, and the job could only be found by
+/// comparing `tablevault list` before and after.
+pub fn carry_on_hint(e: Error, job: &str, command: &str) -> Error {
+    match e {
+        Error::Step { .. } | Error::Invalid(_) | Error::Config(_) => e,
+        e => e.in_step(format!("{job} (carry it on with `tablevault {command}`)")),
+    }
+}
+
 impl Error {
     /// An invalid request, with what to change.
     pub fn invalid(message: impl Into<String>) -> Self {
@@ -83,4 +94,31 @@ pub(crate) fn check_max_rate(max_rate: Option<u32>) -> Result<()> {
         ));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A job's failure names the job and how to carry it on, once; its exit code still
+    /// comes from the cause.
+    #[test]
+    fn a_failed_job_is_named_with_how_to_carry_it_on() {
+        let cancelled = Error::Storage(tablevault_azure::Error::Cancelled { op: "Put Blob" });
+        let e = carry_on_hint(cancelled, "backup b1", "status b1 --wait");
+        assert!(
+            e.to_string()
+                .starts_with("backup b1 (carry it on with `tablevault status b1 --wait`)"),
+            "{e}"
+        );
+        assert!(matches!(
+            e.root(),
+            Error::Storage(tablevault_azure::Error::Cancelled { .. })
+        ));
+        let told = Error::Internal("x".into()).in_step("already said how");
+        let e = carry_on_hint(told, "backup b1", "status b1 --wait");
+        assert_eq!(e.to_string(), "already said how: internal error: x");
+        let invalid = carry_on_hint(Error::invalid("bad"), "backup b1", "status b1 --wait");
+        assert_eq!(invalid.to_string(), "bad");
+    }
 }

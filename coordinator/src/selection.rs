@@ -1,7 +1,7 @@
 //! Choosing tables of a backup and naming their targets: `--tables T1,T2` and
 //! `--rename T1=T1restored,…`, shared by `restore` and `verify`.
 
-use tablevault_azure::table::is_valid_table_name;
+use tablevault_azure::table::table_name_problem;
 use tablevault_core::protocol::Manifest;
 
 use crate::{Error, Result};
@@ -12,14 +12,12 @@ pub fn parse_renames(pairs: &[String]) -> Result<Vec<(String, String)>> {
     let renames: Vec<(String, String)> = pairs
         .iter()
         .map(|p| {
-            let (from, to) = p.split_once('=').ok_or_else(|| {
-                Error::invalid(format!("--rename {p:?}: expected SOURCE=TARGET"))
-            })?;
+            let (from, to) = p
+                .split_once('=')
+                .ok_or_else(|| Error::invalid(format!("--rename {p:?}: expected SOURCE=TARGET")))?;
             let (from, to) = (from.trim(), to.trim());
-            if !is_valid_table_name(to) {
-                return Err(Error::invalid(format!(
-                    "--rename {p:?}: {to:?} is not a valid table name (3-63 letters and digits, starting with a letter)"
-                )));
+            if let Some(why) = table_name_problem(to) {
+                return Err(Error::invalid(format!("--rename {p:?}: {why}")));
             }
             Ok((from.to_string(), to.to_string()))
         })

@@ -726,9 +726,27 @@ async fn all_tables_are_backed_up_when_none_are_named() {
         .map(|t| (t.name.clone(), t.entities))
         .collect();
     names.sort();
-    let mut expected = vec![(a, 60), (b, 0)];
+    let mut expected = vec![(a.clone(), 60), (b, 0)];
     expected.sort();
     assert_eq!(names, expected);
+
+    // Named tables: a missing one and an empty name (a stray comma) are refused by
+    // name, before anything is planned.
+    for (tables, says) in [
+        (vec![a.clone(), "nosuchtable".to_string()], "nosuchtable"),
+        (vec![a.clone(), String::new()], "empty table"),
+    ] {
+        let mut req = BackupRequest::new(env.account.clone());
+        req.tables = Some(tables);
+        let e = run_backup(&req, &t, &watch_opts(1, &env.account))
+            .await
+            .unwrap_err();
+        assert!(e.to_string().contains(says), "{e}");
+        assert!(
+            matches!(e, tablevault_coordinator::Error::Invalid(_)),
+            "{e}"
+        );
+    }
 }
 
 async fn data_blobs(blobs: &Store, id: &str) -> Vec<String> {

@@ -933,4 +933,7 @@ async fn a_cancelled_restore_writes_nothing_more_and_cannot_be_resumed() {
     // Unknown restore ids are usage errors too.
     let e = cancel(&t, "20200101T000000Z-00000000").await.unwrap_err();
     assert!(e.to_string().contains("not found"), "{e}");
+    // A backup id given for a restore's says so.
+    let e = cancel(&t, &backup.backup_id).await.unwrap_err();
+    assert!(e.to_string().contains("is a backup, not a restore"), "{e}");
 }

@@ -36,6 +36,7 @@ pub enum LogFormat {
 /// Installs the tracing subscriber: `RUST_LOG` (default `default_level`) to stderr.
 pub fn init_logging(format: LogFormat, default_level: &str) {
     use tracing_subscriber::EnvFilter;
+    let _ = LOG_FORMAT.set(format);
     let filter =
         EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_level));
     let builder = tracing_subscriber::fmt()
@@ -51,24 +52,39 @@ pub fn init_logging(format: LogFormat, default_level: &str) {
     };
 }
 
-/// The line a command's failure ends with on stderr, in the log format: `error: …`, or
-/// with `--log-format json` one JSON object shaped like the log lines, so a collector
-/// that parses every line does not trip over the last one.
-pub fn failure_line(format: LogFormat, message: &str) -> String {
+/// The log format [`init_logging`] installed.
+static LOG_FORMAT: std::sync::OnceLock<LogFormat> = std::sync::OnceLock::new();
+
+/// A line a command writes to stderr itself, in the log format: `prefix` and the
+/// message, or with `--log-format json` one JSON object shaped like the log lines (at
+/// `level`), so a collector that parses every line does not trip over one.
+pub fn stderr_line(format: LogFormat, level: &str, prefix: &str, message: &str) -> String {
     match format {
-        LogFormat::Text => format!("error: {message}"),
+        LogFormat::Text => format!("{prefix}{message}"),
         LogFormat::Json => serde_json::json!({
             "timestamp": tablevault_core::protocol::now_rfc3339(),
-            "level": "ERROR",
+            "level": level,
             "fields": { "message": message },
         })
         .to_string(),
     }
 }
 
-/// Writes [`failure_line`] to stderr; a closed stderr is ignored (`eprintln!` panics).
+/// Writes a command's failure to stderr ([`stderr_line`]: `error: …`); a closed stderr
+/// is ignored (`eprintln!` panics).
 pub fn print_failure(format: LogFormat, message: &str) {
-    let _ = writeln!(std::io::stderr(), "{}", failure_line(format, message));
+    let line = stderr_line(format, "ERROR", "error: ", message);
+    let _ = writeln!(std::io::stderr(), "{line}");
+}
+
+/// Writes what a command is about to do to stderr, in the installed log format.
+pub fn print_notice(message: &str) {
+    let format = LOG_FORMAT.get().copied().unwrap_or(LogFormat::Text);
+    let _ = writeln!(
+        std::io::stderr(),
+        "{}",
+        stderr_line(format, "INFO", "", message)
+    );
 }
 
 /// Makes glibc's allocator give memory back: buffers of 256 KiB and more (entity pages,
@@ -140,4 +156,23 @@ async fn signal() {
     }
     #[cfg(not(unix))]
     let _ = tokio::signal::ctrl_c().await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// With `--log-format json`, the lines a command writes itself are JSON log lines
+    /// too; as text, they read as before.
+    #[test]
+    fn lines_a_command_writes_keep_the_log_format() {
+        let line = stderr_line(LogFormat::Json, "INFO", "", "restoring \"x\"");
+        let v: serde_json::Value = serde_json::from_str(&line).unwrap();
+        assert_eq!(v["level"], "INFO");
+        assert_eq!(v["fields"]["message"], "restoring \"x\"");
+        assert_eq!(
+            stderr_line(LogFormat::Text, "ERROR", "error: ", "boom"),
+            "error: boom"
+        );
+    }
 }

@@ -30,23 +30,30 @@ pub const MAX_PAGE_SIZE: u32 = 1000;
 
 /// Whether a table name is valid: `^[A-Za-z][A-Za-z0-9]{2,62}$`, and not `tables`.
 pub fn is_valid_table_name(name: &str) -> bool {
+    table_name_problem(name).is_none()
+}
+
+/// Why a name cannot be a table's (`"…" is not a valid table name …`), if it cannot.
+pub fn table_name_problem(name: &str) -> Option<String> {
     let b = name.as_bytes();
-    (3..=63).contains(&b.len())
+    if name.eq_ignore_ascii_case("tables") {
+        Some(format!("{name:?} is reserved by the service"))
+    } else if (3..=63).contains(&b.len())
         && b[0].is_ascii_alphabetic()
         && b.iter().all(u8::is_ascii_alphanumeric)
-        && !name.eq_ignore_ascii_case("tables")
+    {
+        None
+    } else {
+        Some(format!(
+            "{name:?} is not a valid table name (3-63 letters and digits, starting with a letter)"
+        ))
+    }
 }
 
 fn check_table_name(op: &'static str, name: &str) -> Result<()> {
-    if is_valid_table_name(name) {
-        Ok(())
-    } else {
-        Err(Error::invalid_request(
-            op,
-            format!(
-                "{name:?} is not a valid table name (3-63 letters and digits, starting with a letter)"
-            ),
-        ))
+    match table_name_problem(name) {
+        None => Ok(()),
+        Some(why) => Err(Error::invalid_request(op, why)),
     }
 }
 
@@ -542,5 +549,8 @@ mod tests {
         ] {
             assert!(!is_valid_table_name(bad), "{bad}");
         }
+        // A reserved name is refused as reserved, not as malformed.
+        assert!(table_name_problem("Tables").unwrap().contains("reserved"));
+        assert!(table_name_problem("a-bc").unwrap().contains("3-63"));
     }
 }

@@ -26,6 +26,12 @@ pub async fn find_restore(store: &Store, restore_id: &str) -> Result<RestoreJob>
         )));
     }
     let backups = store.list_dirs("").await?;
+    if backups.iter().any(|b| b == restore_id) {
+        return Err(Error::invalid(format!(
+            "{restore_id} is a backup, not a restore: this command takes a restore id \
+             (`tablevault list` shows both)"
+        )));
+    }
     let found: Vec<Option<RestoreJob>> = futures::stream::iter(backups)
         .filter(|b| std::future::ready(is_valid_backup_id(b)))
         .map(|b| async move { store.restore_job(&b, restore_id).await })

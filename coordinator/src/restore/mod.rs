@@ -36,6 +36,7 @@ use tablevault_core::protocol::{
 };
 use tablevault_core::store::{BackupPaths, CreateOutcome, Store};
 
+use crate::error::carry_on_hint;
 use crate::location::Location;
 use crate::report::RestoreReport;
 use crate::state::load_job;
@@ -417,7 +418,10 @@ pub async fn run_restore(
     let started = Instant::now();
     let job = plan_and_enqueue(req, location).await?;
     tracing::info!(restore_id = %job.restore_id, tasks = job.tables.iter().map(|t| t.tasks).sum::<u64>(), "restore planned");
-    let mut report = watch(location, &job, &req.target, opts).await?;
+    let id = &job.restore_id;
+    let mut report = watch(location, &job, &req.target, opts)
+        .await
+        .map_err(|e| carry_on_hint(e, &format!("restore {id}"), &format!("resume {id}")))?;
     report.timed(started.elapsed().as_secs_f64());
     Ok(report)
 }
