@@ -54,7 +54,8 @@ impl From<StoreError> for Error {
 /// comparing `tablevault list` before and after.
 pub fn carry_on_hint(e: Error, job: &str, command: &str) -> Error {
     match e {
-        Error::Step { .. } | Error::Invalid(_) | Error::Config(_) => e,
+        // These say what to do already (a stalled job names its resume command).
+        Error::Step { .. } | Error::Invalid(_) | Error::Config(_) | Error::Stalled(_) => e,
         e => e.in_step(format!("{job} (carry it on with `tablevault {command}`)")),
     }
 }
@@ -120,5 +121,7 @@ mod tests {
         assert_eq!(e.to_string(), "already said how: internal error: x");
         let invalid = carry_on_hint(Error::invalid("bad"), "backup b1", "status b1 --wait");
         assert_eq!(invalid.to_string(), "bad");
+        let stalled = carry_on_hint(Error::Stalled("then resume".into()), "b", "status b");
+        assert_eq!(stalled.to_string(), "then resume");
     }
 }
