@@ -1010,6 +1010,30 @@ async fn malformed_foreign_and_stale_messages_lose_nothing() {
         .await
         .unwrap();
     store(&t).create_container().await.unwrap();
+    // A well-formed message naming a complete backup and a table it never planned (one
+    // the source does hold): regression, it was run, and wrote data and a commit record
+    // into that backup.
+    let client = TableClient::new(&env.account).unwrap();
+    let planned = unique_table("planned");
+    let forged = unique_table("forged");
+    load_numbered(&client, &planned, 1, 10).await;
+    load_numbered(&client, &forged, 1, 10).await;
+    let backup = run_backup(
+        &backup_of(&env.account, &planned),
+        &t,
+        &watch_opts(1, &env.account),
+    )
+    .await
+    .unwrap();
+    let foreign = TaskMessage {
+        job: backup.backup_id.clone(),
+        table: forged.clone(),
+        ..stale.clone()
+    };
+    queue
+        .put_message(&foreign.encode(), None, MessageTtl::Never)
+        .await
+        .unwrap();
 
     let stats = Arc::new(WorkerStats::default());
     let w = Worker::new(
@@ -1034,6 +1058,14 @@ async fn malformed_foreign_and_stale_messages_lose_nothing() {
         1,
         "the malformed message is kept, with its reason"
     );
+    let written: Vec<String> = store(&t)
+        .list_names(&format!("{}/", backup.backup_id))
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|n| n.contains(&forged))
+        .collect();
+    assert!(written.is_empty(), "{written:?}");
 }
 
 #[tokio::test]

@@ -210,6 +210,7 @@ impl Worker {
                 .jobs
                 .backup_job(store, &task.job)
                 .await?
+                .filter(|job| plans_tables(job, [task.table.as_str()]))
                 .map(|job| Resolved {
                     heartbeats: paths.heartbeats_root(),
                     done: paths.commit(&task.table, &task.task),
@@ -236,6 +237,16 @@ impl Worker {
                 block,
             } => match self.jobs.restore_job(store, &task.job, restore).await? {
                 None => None,
+                // A task for tables the restore does not map: forged, or another job's.
+                Some(job)
+                    if !job
+                        .tables
+                        .iter()
+                        .any(|t| &t.source == source_table && t.target == task.table) =>
+                {
+                    tracing::warn!(restore = %job.restore_id, source = %source_table, target = %task.table, "a task for tables this restore does not map; dropping it");
+                    None
+                }
                 Some(job) => {
                     let commit = self
                         .jobs
@@ -601,6 +612,19 @@ pub(crate) async fn found_or_settled<T>(
             None
         }
     }
+}
+
+/// Whether the backup plans every one of `tables`: a task naming another table (a
+/// message forged or meant for another job) would write data and a commit record into
+/// the backup, so it is dropped instead.
+pub(crate) fn plans_tables<'a>(job: &BackupJob, tables: impl IntoIterator<Item = &'a str>) -> bool {
+    for table in tables {
+        if !job.tables.iter().any(|t| t.name == table) {
+            tracing::warn!(backup = %job.backup_id, table, "a task for a table this backup does not plan; dropping it");
+            return false;
+        }
+    }
+    true
 }
 
 /// A worker identity (`host/pid`) as one blob name segment.

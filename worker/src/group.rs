@@ -22,7 +22,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use crate::TaskError;
-use crate::dispatch::{Role, found_or_settled};
+use crate::dispatch::{Role, found_or_settled, plans_tables};
 use crate::lease::Lease;
 use crate::metrics::Kind;
 use crate::settle::retry_delay;
@@ -50,9 +50,10 @@ impl Worker {
         let Some((store, lease)) = self.take(&message, &task).await else {
             return;
         };
-        let Some((job, lease)) =
-            found_or_settled(self.jobs.backup_job(&store, &task.job).await, lease).await
-        else {
+        let job = self.jobs.backup_job(&store, &task.job).await.map(|job| {
+            job.filter(|job| plans_tables(job, tables.iter().map(|t| t.table.as_str())))
+        });
+        let Some((job, lease)) = found_or_settled(job, lease).await else {
             return;
         };
         if message.dequeue_count > 1 {
