@@ -347,49 +347,64 @@ async fn each_mode_treats_existing_entities_as_documented() {
     }
 }
 
-#[tokio::test]
-async fn a_killed_worker_mid_restore_is_redone() {
-    let Setup {
-        env,
-        client,
-        table,
-        source,
-        t,
-    } = numbered("kill", 20, 100).await;
-    let mut req = backup_of(&env.account, &table);
+/// A restore under way: a backup of the setup's table in one range, a restore of it
+/// into a new table at `max_rate`, planned and enqueued, and one worker (visibility
+/// `visibility`) that has started writing it.
+struct UnderWay {
+    job: tablevault_core::protocol::RestoreJob,
+    dst: String,
+    stop: CancellationToken,
+    worker: tokio::task::JoinHandle<Result<(), tablevault_azure::Error>>,
+}
+
+async fn restore_under_way(s: &Setup, max_rate: Option<u32>, visibility: Duration) -> UnderWay {
+    let mut req = backup_of(&s.env.account, &s.table);
     req.ranges_per_table = Some(1);
-    let backup = run_backup(&req, &t, &watch_opts(1, &env.account))
+    let backup = run_backup(&req, &s.t, &watch_opts(1, &s.env.account))
         .await
         .unwrap();
-
     let dst = unique_table("dst");
-    let mut r = RestoreRequest::new(&backup.backup_id, env.account.clone());
-    r.renames = vec![(table.clone(), dst.clone())];
-    let job = plan_and_enqueue(&r, &t).await.unwrap();
-    // A worker starts writing, then dies without a word.
+    let mut r = RestoreRequest::new(&backup.backup_id, s.env.account.clone());
+    r.renames = vec![(s.table.clone(), dst.clone())];
+    r.max_rate = max_rate;
+    let job = plan_and_enqueue(&r, &s.t).await.unwrap();
     let stats = Arc::new(WorkerStats::default());
     let w = Worker::new(
-        worker_config(&t, &env.account, Duration::from_secs(2)),
+        worker_config(&s.t, &s.env.account, visibility),
         stats.clone(),
     )
     .unwrap();
-    let h = tokio::spawn(w.run(CancellationToken::new()));
+    let stop = CancellationToken::new();
+    let worker = tokio::spawn(w.run(stop.clone()));
     while stats.entities.load(std::sync::atomic::Ordering::Relaxed) == 0 {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
-    h.abort();
-    let _ = h.await;
-    let partial = scan_all(&client, &dst).await.len();
+    UnderWay {
+        job,
+        dst,
+        stop,
+        worker,
+    }
+}
+
+#[tokio::test]
+async fn a_killed_worker_mid_restore_is_redone() {
+    let s = numbered("kill", 20, 100).await;
+    // A worker starts writing, then dies without a word.
+    let w = restore_under_way(&s, None, Duration::from_secs(2)).await;
+    w.worker.abort();
+    let _ = w.worker.await;
+    let partial = scan_all(&s.client, &w.dst).await.len();
     assert!(
         partial < 2000,
         "the first worker was stopped mid-way ({partial} written)"
     );
 
-    let report = watch(&t, &job, &env.account, &watch_opts(2, &env.account))
+    let report = watch(&s.t, &w.job, &s.env.account, &watch_opts(2, &s.env.account))
         .await
         .unwrap();
     assert_eq!(report.status, "complete");
-    assert_same_tables(&scan_all(&client, &dst).await, &source);
+    assert_same_tables(&scan_all(&s.client, &w.dst).await, &s.source);
 }
 
 /// Regression: a commit record that lost its blobs, still recording its entities, was
@@ -842,43 +857,18 @@ async fn a_mismatch_after_writing_fails_the_restore_with_exit_4() {
 /// 6,000). The attempt now stops within a couple of seconds of the cancel.
 #[tokio::test]
 async fn a_cancelled_restore_stops_the_task_a_worker_is_running() {
-    let Setup {
-        env,
-        client,
-        table,
-        t,
-        ..
-    } = numbered("inflight", 4, 500).await;
-    let mut req = backup_of(&env.account, &table);
-    req.ranges_per_table = Some(1);
-    let backup = run_backup(&req, &t, &watch_opts(1, &env.account))
-        .await
-        .unwrap();
-    let dst = unique_table("dst");
-    let mut r = RestoreRequest::new(&backup.backup_id, env.account.clone());
-    r.renames = vec![(table.clone(), dst.clone())];
-    r.max_rate = Some(200); // 2,000 entities: about ten seconds
-    let job = plan_and_enqueue(&r, &t).await.unwrap();
-    let stats = Arc::new(WorkerStats::default());
-    let w = Worker::new(
-        worker_config(&t, &env.account, Duration::from_secs(30)),
-        stats.clone(),
-    )
-    .unwrap();
-    let stop = CancellationToken::new();
-    let h = tokio::spawn(w.run(stop.clone()));
-    while stats.entities.load(std::sync::atomic::Ordering::Relaxed) == 0 {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    cancel(&t, &job.restore_id).await.unwrap();
+    let s = numbered("inflight", 4, 500).await;
+    // 2,000 entities at 200 a second: about ten seconds.
+    let w = restore_under_way(&s, Some(200), Duration::from_secs(30)).await;
+    cancel(&s.t, &w.job.restore_id).await.unwrap();
     // The worker reads the restore's state every two seconds and stops at its next
     // batch.
     tokio::time::sleep(Duration::from_secs(5)).await;
-    let settled = scan_all(&client, &dst).await.len();
+    let settled = scan_all(&s.client, &w.dst).await.len();
     tokio::time::sleep(Duration::from_secs(3)).await;
-    let later = scan_all(&client, &dst).await.len();
-    stop.cancel();
-    let _ = h.await;
+    let later = scan_all(&s.client, &w.dst).await.len();
+    w.stop.cancel();
+    let _ = w.worker.await;
     assert_eq!(later, settled, "nothing written after the cancel took hold");
     assert!(
         settled < 2000,
