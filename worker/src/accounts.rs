@@ -54,21 +54,19 @@ impl AccountSet {
 }
 
 /// For an Azure Table endpoint of account `name` (`https://NAME.table.SUFFIX`, or its
-/// Private Link name `NAME.privatelink.table.SUFFIX`), `table.SUFFIX` with the scheme:
-/// the same for both names of one account, different for a Cosmos DB account
+/// Private Link name `NAME.privatelink.table.SUFFIX`), `table.SUFFIX`: the same for
+/// both names of one account (over HTTP or HTTPS), different for a Cosmos DB account
 /// (`table.cosmos.azure.com`) or another cloud. `None` for any other endpoint (an
 /// emulator's `host:port/NAME`), which only an exact match finds.
 fn service_domain(endpoint: &str, name: &str) -> Option<String> {
     let url = url::Url::parse(endpoint).ok()?;
-    if !matches!(url.path(), "" | "/") {
+    if !matches!(url.path(), "" | "/") || url.port().is_some() {
         return None;
     }
     let host = url.host_str()?.to_ascii_lowercase();
     let rest = host.strip_prefix(&format!("{}.", name.to_ascii_lowercase()))?;
     let rest = rest.strip_prefix("privatelink.").unwrap_or(rest);
-    let port = url.port_or_known_default()?;
-    rest.starts_with("table.")
-        .then(|| format!("{}://{rest}:{port}", url.scheme()))
+    rest.starts_with("table.").then(|| rest.to_string())
 }
 
 #[cfg(test)]
@@ -107,6 +105,10 @@ mod tests {
                 "https://TWO.privatelink.table.core.windows.net/"
             ))
             .as_deref(),
+            Some("two")
+        );
+        assert_eq!(
+            find(&wanted("two", "http://two.table.core.windows.net")).as_deref(),
             Some("two")
         );
         assert_eq!(
