@@ -16,16 +16,47 @@ fn decision(b: &Surveyed, reasons: Vec<String>) -> Decision {
     }
 }
 
-/// The newest complete backup of each source account.
-fn newest_complete(backups: &[Surveyed]) -> Vec<&str> {
-    let mut newest: BTreeMap<Option<&str>, &Surveyed> = BTreeMap::new();
+/// The account a backup's policy group is: its name and Table endpoint (two accounts
+/// can share a name; the same prune removed one's only backup as the other's older).
+fn account(b: &Surveyed) -> (Option<&str>, Option<&str>) {
+    (b.source_account.as_deref(), b.source_endpoint.as_deref())
+}
+
+/// For each table of each account, the newest complete backup holding it, with the
+/// table: each stays. Beyond the newest backup of each account, a backup of fewer
+/// tables after a backup of more does not make the older one removable while it is the
+/// newest of a table (`--keep-last 1` after a backup of `A` and `B`, then of `A`, left
+/// `B` with no backup).
+fn newest_complete(backups: &[Surveyed]) -> BTreeMap<&str, Vec<String>> {
+    let mut newest: BTreeMap<(Option<&str>, Option<&str>, String), &Surveyed> = BTreeMap::new();
     for b in backups.iter().filter(|b| b.kind == Kind::Complete) {
-        let slot = newest.entry(b.source_account.as_deref()).or_insert(b);
-        if (b.started, &b.id) > (slot.started, &slot.id) {
-            *slot = b;
+        for t in &b.tables {
+            let slot = newest
+                .entry((
+                    b.source_account.as_deref(),
+                    b.source_endpoint.as_deref(),
+                    t.to_lowercase(),
+                ))
+                .or_insert(b);
+            if (b.started, &b.id) > (slot.started, &slot.id) {
+                *slot = b;
+            }
         }
     }
-    newest.values().map(|b| b.id.as_str()).collect()
+    let mut out: BTreeMap<&str, Vec<String>> = BTreeMap::new();
+    for ((_, _, table), b) in newest {
+        out.entry(b.id.as_str()).or_default().push(table);
+    }
+    out
+}
+
+/// Why the newest complete backup of some table stays.
+fn newest_reason(tables: &[String], of: &Surveyed) -> String {
+    if tables.len() == of.tables.len() {
+        "newest complete".into()
+    } else {
+        format!("newest complete of table {}", tables.join(", "))
+    }
 }
 
 /// Whether an unfinished backup has shown no activity within `abandoned_after`.
@@ -44,22 +75,19 @@ pub(crate) fn prune(backups: &[Surveyed], req: &PruneRequest) -> (Vec<Decision>,
         .collect();
     let mut reasons: BTreeMap<&str, Vec<String>> = BTreeMap::new();
     // The policy, per source account, over complete backups.
-    let mut groups: BTreeMap<Option<&str>, Vec<&Surveyed>> = BTreeMap::new();
+    let mut groups: BTreeMap<(Option<&str>, Option<&str>), Vec<&Surveyed>> = BTreeMap::new();
     for b in selected.iter().filter(|b| b.kind == Kind::Complete) {
-        groups
-            .entry(b.source_account.as_deref())
-            .or_default()
-            .push(b);
+        groups.entry(account(b)).or_default().push(b);
     }
-    let newest: Vec<&str> = newest_complete(backups);
+    let newest = newest_complete(backups);
     for group in groups.values_mut() {
         // Newest first, by time then id as `newest_complete` ranks them: backups planned
         // in the same second must not each count as the newest.
         group.sort_by(|a, b| (b.started, &b.id).cmp(&(a.started, &a.id)));
         let times: Vec<i64> = group.iter().map(|b| b.started).collect();
         for (b, mut why) in group.iter().zip(apply(&req.policy, &times)) {
-            if newest.contains(&b.id.as_str()) {
-                why.insert(0, "newest complete".into());
+            if let Some(tables) = newest.get(b.id.as_str()) {
+                why.insert(0, newest_reason(tables, b));
             }
             reasons.insert(&b.id, why);
         }
@@ -127,9 +155,10 @@ pub(crate) fn forget(backups: &[Surveyed], req: &ForgetRequest) -> Result<Vec<De
             refusals.push(format!("{id}: no such backup (see `tablevault list`)"));
             continue;
         };
-        if newest.contains(&id.as_str()) {
+        if let Some(tables) = newest.get(id.as_str()) {
             refusals.push(format!(
-                "{id}: it is the newest complete backup of account {}; it always stays",
+                "{id}: it is the newest complete backup of table(s) {} of account {}; it always stays",
+                tables.join(", "),
                 b.source_account.as_deref().unwrap_or("?")
             ));
         } else if !b.readers.is_empty() {

@@ -62,6 +62,16 @@ pub(crate) struct Surveyed {
     pub readers: Vec<String>,
     /// What cannot be read, for a damaged backup.
     pub damage: Option<String>,
+    /// Its source account's Table endpoint, lower-cased, without a trailing `/`: two
+    /// accounts can share a name (another emulator, another cloud, a Cosmos DB Table
+    /// account), and the policy counts each account's backups apart. `None` when the
+    /// plan is unknown.
+    pub source_endpoint: Option<String>,
+}
+
+/// A Table endpoint as retention compares it.
+pub(crate) fn endpoint_key(endpoint: &str) -> String {
+    endpoint.trim_end_matches('/').to_ascii_lowercase()
 }
 
 /// Every backup of the container, oldest first.
@@ -113,6 +123,7 @@ async fn survey_one(
             last_activity: started,
             readers,
             damage: None,
+            source_endpoint: None,
         }));
     }
     let job = match store.backup_job(id).await {
@@ -130,6 +141,7 @@ async fn survey_one(
                 last_activity: started,
                 readers,
                 damage: Some(format!("plan unreadable: {why}")),
+                source_endpoint: None,
             }));
         }
         Err(e) => return Err(e.into()),
@@ -149,6 +161,7 @@ async fn survey_one(
             last_activity,
             readers,
             damage: None,
+            source_endpoint: None,
         }));
     };
     let started = parse_time(&job.created_at)
@@ -179,6 +192,7 @@ async fn survey_one(
         last_activity,
         readers,
         damage,
+        source_endpoint: Some(endpoint_key(&job.source.table_endpoint)),
     }))
 }
 

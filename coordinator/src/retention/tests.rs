@@ -22,23 +22,50 @@ fn id_at(t: i64, suffix: &str) -> String {
 }
 
 fn job(id: &str, t: i64, account: &str) -> serde_json::Value {
+    job_of(id, t, (account, "http://x"), &["T"])
+}
+
+/// The plan of a backup of `tables` of the account `(name, table endpoint)`.
+fn job_of(
+    id: &str,
+    t: i64,
+    (account, endpoint): (&str, &str),
+    tables: &[&str],
+) -> serde_json::Value {
+    let tables: Vec<serde_json::Value> = tables
+        .iter()
+        .map(|name| {
+            json!({ "name": name, "planning": "whole",
+                    "tasks": [ { "task": "r0000", "range": { "start": null, "end": null } } ] })
+        })
+        .collect();
     json!({
         "protocol": 1, "format": 1, "backup_id": id, "created_at": policy::format_time(t),
-        "source": { "account": account, "table_endpoint": "http://x" },
+        "source": { "account": account, "table_endpoint": endpoint },
         "options": { "compression": "zstd", "blocks_per_blob": 20, "block_bytes": 1000,
                      "batch_bytes": 1000, "max_attempts": 5, "queue": "q" },
-        "tables": [ { "name": "T", "planning": "whole",
-                      "tasks": [ { "task": "r0000", "range": { "start": null, "end": null } } ] } ],
+        "tables": tables,
         "tool_version": "test"
     })
 }
 
 /// A complete backup of `account` planned at `t`: plan, commit record, data, manifest.
 async fn complete(store: &Store, t: i64, account: &str, suffix: &str) -> String {
+    complete_of(store, t, (account, "http://x"), &["T"], suffix).await
+}
+
+/// [`complete`], of `tables` of the account `(name, table endpoint)`.
+async fn complete_of(
+    store: &Store,
+    t: i64,
+    (account, endpoint): (&str, &str),
+    tables: &[&str],
+    suffix: &str,
+) -> String {
     let id = id_at(t, suffix);
     let p = BackupPaths::new(&id);
     store
-        .overwrite(&p.job(), &job(&id, t, account))
+        .overwrite(&p.job(), &job_of(&id, t, (account, endpoint), tables))
         .await
         .unwrap();
     store
@@ -255,6 +282,60 @@ async fn forget_refuses_the_newest_and_what_restores_read() {
     let done = forget(&store, &req(&[a.as_str()])).await.unwrap();
     assert_eq!(ids(&done.removed), [a.as_str()]);
     assert_eq!(under(&blobs, &a), 0);
+}
+
+/// Regression: two accounts of one name (two emulators; a Storage and a Cosmos DB
+/// Table account) were one group, and `--keep-last 1` removed one account's only
+/// backup as the other's older one.
+#[tokio::test]
+async fn accounts_that_share_a_name_are_kept_apart() {
+    let (_, store) = fakes();
+    let here = ("acct", "http://127.0.0.1:1/acct");
+    let there = ("acct", "http://127.0.0.1:2/acct");
+    let only = complete_of(&store, now() - 3 * DAY, there, &["T"], "0000000a").await;
+    let old = complete_of(&store, now() - 2 * DAY, here, &["T"], "0000000b").await;
+    let new = complete_of(&store, now() - DAY, here, &["T"], "0000000c").await;
+    let last = KeepPolicy {
+        last: Count::Last(1),
+        ..Default::default()
+    };
+    let pruned = prune(&store, &prune_req(last)).await.unwrap();
+    assert_eq!(ids(&pruned.removed), [old.as_str()]);
+    let mut kept = ids(&pruned.kept);
+    kept.sort();
+    assert_eq!(kept, [only.as_str(), new.as_str()]);
+}
+
+/// Regression: after a backup of tables `A` and `B`, a backup of `A` alone made the
+/// first removable by `--keep-last 1`, and `B` was left with no backup. The newest
+/// complete backup of each table stays.
+#[tokio::test]
+async fn the_newest_backup_of_each_table_stays() {
+    let (_, store) = fakes();
+    let acct = ("acct", "http://x");
+    let older = complete_of(&store, now() - 3 * DAY, acct, &["A", "B"], "0000000a").await;
+    let both = complete_of(&store, now() - 2 * DAY, acct, &["A", "B"], "0000000b").await;
+    let one = complete_of(&store, now() - DAY, acct, &["a"], "0000000c").await;
+    let last = KeepPolicy {
+        last: Count::Last(1),
+        ..Default::default()
+    };
+    let pruned = prune(&store, &prune_req(last)).await.unwrap();
+    assert_eq!(ids(&pruned.removed), [older.as_str()]);
+    assert_eq!(ids(&pruned.kept), [one.as_str(), both.as_str()]);
+    let kept = pruned.kept.iter().find(|d| d.id == both).unwrap();
+    assert!(
+        kept.reasons[0].contains("newest complete of table b"),
+        "{kept:?}"
+    );
+    let req = ForgetRequest {
+        ids: vec![both.clone()],
+        abandoned_after: "7d".parse().unwrap(),
+        dry_run: false,
+        now: now(),
+    };
+    let e = forget(&store, &req).await.unwrap_err();
+    assert!(e.to_string().contains("table(s) b"), "{e}");
 }
 
 /// Backups planned in the same second: `--keep-last 1` keeps one of them, the one that
