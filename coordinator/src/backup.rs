@@ -605,6 +605,20 @@ pub async fn status(
 ) -> Result<BackupReport> {
     let store = location.store()?;
     let job = load_job(&store, id).await?;
+    // The job's tasks are on the queue it was planned with, whatever this command was
+    // given: watched (and worked by in-process workers) on the default queue, a job of
+    // `--queue Q` stalled for the whole stall timeout, naming the wrong queue.
+    let on_its_queue;
+    let location = if job.options.queue == location.queue {
+        location
+    } else {
+        tracing::info!(queue = %job.options.queue, "using the queue the job was planned with");
+        on_its_queue = Location {
+            queue: job.options.queue.clone(),
+            ..location.clone()
+        };
+        &on_its_queue
+    };
     let mut state = JobState::new(job.clone());
     state.refresh(&store).await?;
     // The one rule: a job whose ranges tile every table is complete, whoever sees it.

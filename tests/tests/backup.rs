@@ -1083,9 +1083,16 @@ async fn a_restarted_coordinator_finishes_the_job() {
     let mut opts = watch_opts(1, &env.account);
     let stop = CancellationToken::new();
     opts.shutdown = stop.clone();
+    // Planned on a queue of its own (`--queue`); the second coordinator is not told,
+    // and finds the job's queue in its plan (regression: it watched its own default
+    // queue until the stall timeout, naming that queue).
+    let own = Location {
+        queue: format!("{}own", t.queue),
+        ..t.clone()
+    };
     let first = {
-        let (req, t) = (req.clone(), t.clone());
-        tokio::spawn(async move { run_backup(&req, &t, &opts).await })
+        let req = req.clone();
+        tokio::spawn(async move { run_backup(&req, &own, &opts).await })
     };
     // Let it commit a few tasks, then kill the coordinator (and its workers).
     let blobs = store(&t);
