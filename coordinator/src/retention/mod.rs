@@ -187,6 +187,19 @@ async fn carry_out(
 ) -> Result<RetentionReport> {
     let mut removed = Vec::new();
     let mut failed = Vec::new();
+    if let Some(first) = planned.first().filter(|_| !dry_run) {
+        // Asked of a blob that is not there, before any marker is written: credentials
+        // that may not delete (a SAS without `d`) left each backup marked `deleting`,
+        // refused by restore, and "run again to finish" never could.
+        let probe = format!("{}/delete-permission-check", first.id);
+        store.delete(&probe).await.map_err(|e| {
+            Error::from(e).in_step(
+                "checking that the backup container's credentials may delete blobs (a SAS \
+                 needs the `d` permission; a role, Storage Blob Data Contributor); nothing \
+                 was removed",
+            )
+        })?;
+    }
     for d in planned {
         if dry_run {
             removed.push(d);

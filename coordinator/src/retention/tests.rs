@@ -338,6 +338,38 @@ async fn the_newest_backup_of_each_table_stays() {
     assert!(e.to_string().contains("table(s) b"), "{e}");
 }
 
+/// Regression: credentials that may not delete (a SAS without `d`) left the backup
+/// marked `deleting` after the first refused delete: restore refused it, and running
+/// again never finished. Nothing is marked now, and the refusal is a usage error.
+#[tokio::test]
+async fn credentials_that_may_not_delete_mark_nothing() {
+    let (blobs, store) = fakes();
+    let old = complete(&store, now() - 2 * DAY, "acct", "0000000a").await;
+    complete(&store, now() - DAY, "acct", "0000000b").await;
+    let denied =
+        tablevault_core::testing::service("Delete Blob", 403, "AuthorizationPermissionMismatch");
+    blobs.fail(
+        tablevault_core::testing::Op::Delete,
+        &old,
+        tablevault_core::testing::Strike::Before,
+        denied,
+    );
+    let req = ForgetRequest {
+        ids: vec![old.clone()],
+        abandoned_after: "7d".parse().unwrap(),
+        dry_run: false,
+        now: now(),
+    };
+    let before = blobs.names();
+    let e = forget(&store, &req).await.unwrap_err();
+    assert!(
+        matches!(e.root(), crate::Error::Storage(s) if s.status() == Some(403)),
+        "{e}"
+    );
+    assert!(e.to_string().contains("nothing was removed"), "{e}");
+    assert_eq!(blobs.names(), before, "no marker, nothing deleted");
+}
+
 /// Backups planned in the same second: `--keep-last 1` keeps one of them, the one that
 /// also counts as the newest complete.
 #[tokio::test]
