@@ -211,7 +211,18 @@ impl Worker {
             self.queue.create().await?;
             self.settler.poison_queue().create().await
         };
-        if let Err(e) = reached.await {
+        // A shutdown while storage cannot be reached ends the start at once: retried to
+        // its deadline, SIGTERM waited some 85 s and exited 1.
+        let reached = tokio::select! {
+            r = reached => r,
+            _ = shutdown.cancelled() => {
+                tracing::info!("shutdown requested before the queues could be reached");
+                health.started();
+                health.stopped(true);
+                return Ok(());
+            }
+        };
+        if let Err(e) = reached {
             health.started();
             health.stopped(false);
             return Err(e);

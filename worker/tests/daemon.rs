@@ -126,3 +126,39 @@ async fn sigterm_drains_the_task_in_hand_and_exits_0() {
     let record = store.commit_record(&commit).await.unwrap();
     assert_eq!(record.entities, source.len() as u64);
 }
+
+/// Regression: a worker that could not reach storage at start-up ignored SIGTERM and
+/// retried creating its queues for some 85 s, then exited 1. It now stops at once.
+#[tokio::test]
+async fn sigterm_while_storage_is_unreachable_at_start_exits_0_at_once() {
+    // Nothing listens on a port just freed: every request is refused.
+    let dead = format!(
+        "DefaultEndpointsProtocol=http;AccountName=devstoreaccount1;AccountKey={};\
+         BlobEndpoint=http://127.0.0.1:{p}/devstoreaccount1;\
+         QueueEndpoint=http://127.0.0.1:{p}/devstoreaccount1;\
+         TableEndpoint=http://127.0.0.1:{p}/devstoreaccount1",
+        tablevault_azure::config::EMULATOR_KEY,
+        p = free_port()
+    );
+    let port = free_port();
+    let mut worker = spawn_worker(&dead, "tasks", port);
+    wait_for("the endpoint", Duration::from_secs(30), async || {
+        get(port, "/healthz").await.is_some()
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    // SAFETY: kill(2) on a child process we started and have not reaped.
+    assert_eq!(unsafe { libc::kill(worker.id() as i32, libc::SIGTERM) }, 0);
+    let started = Instant::now();
+    let status = loop {
+        if let Some(s) = worker.try_wait().unwrap() {
+            break s;
+        }
+        if started.elapsed() > Duration::from_secs(10) {
+            let _ = worker.kill();
+            panic!("the worker did not stop within 10 s of SIGTERM");
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!(status.code(), Some(0));
+}
