@@ -52,9 +52,16 @@ pub async fn main() -> std::process::ExitCode {
 fn usage_error(e: &clap::Error, json: bool) -> std::process::ExitCode {
     let code = e.exit_code();
     if json && e.use_stderr() {
+        // clap's message, up to the usage line: its first line may end with a colon
+        // and name the arguments on the lines after it.
         let rendered = e.render().to_string();
-        let first = rendered.lines().next().unwrap_or_default();
-        let message = first.strip_prefix("error: ").unwrap_or(first);
+        let message = rendered
+            .lines()
+            .take_while(|l| !l.trim().is_empty() && !l.starts_with("Usage:"))
+            .map(str::trim)
+            .collect::<Vec<_>>()
+            .join(" ");
+        let message = message.strip_prefix("error: ").unwrap_or(&message);
         output::print_json(&serde_json::json!({ "error": message, "exit_code": code }));
     }
     let _ = e.print();

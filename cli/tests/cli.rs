@@ -90,6 +90,12 @@ fn usage_errors_and_failures_keep_the_output_formats_asked_for() {
     );
     assert!(String::from_utf8_lossy(&o.stderr).contains("Usage"));
 
+    // A message whose first line ends in a colon names the arguments after it.
+    let o = tablevault(&["forget", "--json"], &[]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("JSON on stdout");
+    assert!(v["error"].as_str().unwrap().contains("<ID"), "{v}");
+
     let o = tablevault(&["list", "--no-such-flag"], &[]);
     assert_eq!(o.status.code(), Some(2));
     assert!(o.stdout.is_empty(), "{}", text(&o));

@@ -16,7 +16,7 @@ use tablevault_core::keys::EntityKey;
 
 use crate::compare::{LiveCursor, key};
 use crate::watch::{Progress, Snapshot};
-use crate::{Error, Location, Result};
+use crate::{Location, Result};
 
 /// Most differences listed in a report (all are counted).
 const MAX_LISTED: usize = 100;
@@ -241,14 +241,24 @@ pub async fn verify_with_progress(
             entities_expected: mt.entities,
             ..Default::default()
         };
-        if let Some(client) = &live_client
-            && !client.table_exists(live_table).await?
-        {
-            return Err(Error::invalid(format!(
-                "table {live_table} does not exist in the account to compare against"
-            )));
+        // A table dropped since the backup is a difference, every entity missing, not a
+        // usage error that ended the comparison of every other table (exit 2).
+        let absent = match &live_client {
+            Some(client) => !client.table_exists(live_table).await?,
+            None => false,
+        };
+        if absent {
+            problems.push(format!(
+                "table {live_table} does not exist in the account compared against: its {} \
+                 backed-up entities are missing",
+                mt.entities
+            ));
+            report.missing_in_live = mt.entities;
         }
-        let mut live = live_client.as_ref().map(|c| LiveCursor::new(c, live_table));
+        let mut live = live_client
+            .as_ref()
+            .filter(|_| !absent)
+            .map(|c| LiveCursor::new(c, live_table));
         let mut diff = Diff {
             table: live_table,
             report: &mut report,

@@ -696,6 +696,22 @@ async fn verify_finds_every_difference_with_a_live_table() {
         .unwrap();
     assert_eq!(different.key, EntityKey::new("p001", "r00005"));
     assert_eq!(different.properties, vec!["Pad", "V"]);
+
+    // The table dropped: every entity missing, a mismatch (exit 4), not a usage error
+    // (exit 2) that ended the comparison.
+    client.delete_table(&table).await.unwrap();
+    let v = verify(&t, &request).await.unwrap();
+    assert_eq!(v.status, "mismatch");
+    assert_eq!(v.tables[0].missing_in_live, 120);
+    assert_eq!(
+        v.tables[0].entities_read, 120,
+        "the backup's blocks are still checked"
+    );
+    assert!(
+        v.problems.iter().any(|p| p.contains("does not exist")),
+        "{:?}",
+        v.problems
+    );
 }
 
 /// The check after writing sees what happened to the target between the write and the
