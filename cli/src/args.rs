@@ -235,8 +235,13 @@ pub struct BackupArgs {
     #[arg(long, value_name = "FILE")]
     pub split_keys_file: Option<PathBuf>,
     /// Discover this many ranges per table by probing it before the backup starts
-    /// (instead of planning from the last backup).
-    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    /// (instead of planning from the last backup). Not with split keys, which set the
+    /// ranges themselves.
+    #[arg(
+        long,
+        value_parser = clap::value_parser!(u32).range(1..=10_000),
+        conflicts_with_all = ["split_keys", "split_keys_file"]
+    )]
     pub ranges: Option<u32>,
     /// Never split a range while scanning it: each planned range is one task to the end
     /// (for reproducing a plan exactly; balance then depends on the plan alone).

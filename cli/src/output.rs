@@ -404,6 +404,27 @@ pub fn print_verify(r: &VerifyReport) {
             }
         );
     }
+    let found: u64 = r
+        .tables
+        .iter()
+        .map(|t| t.missing_in_live + t.extra_in_live + t.different)
+        .sum();
+    if let Some(line) = unlisted(found, r.differences.len(), 20) {
+        println!("{line}");
+    }
+}
+
+/// The line that says a verification's list of differences stops short of the `found`
+/// it counted, when it does: `listed` in the report, `shown` of them in text.
+fn unlisted(found: u64, listed: usize, shown: usize) -> Option<String> {
+    let shown = listed.min(shown) as u64;
+    (found > shown).then(|| {
+        format!(
+            "  … {} more differences not listed ({listed} listed with --json, up to {} per table)",
+            found - shown,
+            tablevault_coordinator::compare::MAX_LISTED
+        )
+    })
 }
 
 fn print_poisoned(p: &tablevault_coordinator::report::PoisonReport) {
@@ -418,6 +439,15 @@ fn print_poisoned(p: &tablevault_coordinator::report::PoisonReport) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// 300 differences counted, 100 listed: the text says the list stops short.
+    #[test]
+    fn a_verification_says_its_list_of_differences_is_cut() {
+        let line = unlisted(300, 100, 20).unwrap();
+        assert!(line.contains("280 more differences not listed"), "{line}");
+        assert!(line.contains("100 listed with --json"), "{line}");
+        assert_eq!(unlisted(3, 3, 20), None);
+    }
 
     /// Only `replace` may say the target is the backup; an `insert-skip` that left
     /// differing entities alone says so.

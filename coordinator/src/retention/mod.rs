@@ -144,6 +144,28 @@ pub async fn prune(store: &Store, req: &PruneRequest) -> Result<RetentionReport>
         ));
     }
     let backups = survey::survey(store, req.now, &req.abandoned_after).await?;
+    if let Some(account) = &req.source_account
+        && !backups
+            .iter()
+            .any(|b| b.source_account.as_deref() == Some(account.as_str()))
+    {
+        // A misspelt account would otherwise read as an empty container, exit 0.
+        let mut known: Vec<&str> = backups
+            .iter()
+            .filter_map(|b| b.source_account.as_deref())
+            .collect();
+        known.sort_unstable();
+        known.dedup();
+        return Err(Error::invalid(format!(
+            "no backup of source account {account:?} in container {:?} (its backups are of: {}); nothing was removed",
+            store.container(),
+            if known.is_empty() {
+                "none".to_string()
+            } else {
+                known.join(", ")
+            }
+        )));
+    }
     let (kept, removed) = plan::prune(&backups, req);
     carry_out(
         store,

@@ -238,6 +238,22 @@ async fn prune_keeps_what_the_policy_and_the_protections_say() {
     assert_eq!(ids(&only.kept), [other.as_str()]);
 }
 
+/// A misspelt `--source-account` is refused with the accounts the container holds,
+/// not read as an empty container (exit 0).
+#[tokio::test]
+async fn prune_of_an_unknown_source_account_is_refused() {
+    let (_, store) = fakes();
+    complete(&store, now() - DAY, "acct", "0000000a").await;
+    let mut req = prune_req(KeepPolicy {
+        last: Count::Last(1),
+        ..Default::default()
+    });
+    req.source_account = Some("acc".into());
+    let e = prune(&store, &req).await.unwrap_err();
+    assert!(matches!(e, crate::Error::Invalid(_)), "{e}");
+    assert!(e.to_string().contains("of: acct"), "{e}");
+}
+
 #[tokio::test]
 async fn prune_without_a_rule_is_refused() {
     let (_, store) = fakes();
