@@ -102,7 +102,20 @@ async fn resolve_tables(
     wanted: &Option<Vec<String>>,
     account: &str,
 ) -> Result<Vec<String>> {
-    let existing = client.list_tables().await?;
+    let existing = client.list_tables().await.map_err(|e| {
+        let refused = matches!(e.status(), Some(401 | 403));
+        let e = Error::from(e);
+        if refused {
+            // The service's text names neither the setting nor what it lacks.
+            e.in_step(format!(
+                "the credentials for the source account {account} cannot list its tables \
+                 (check --source / TABLEVAULT_SOURCE: a SAS needs ss=t, srt=sco, the r and \
+                 l permissions and an se= in the future; a role, Storage Table Data Reader)"
+            ))
+        } else {
+            e
+        }
+    })?;
     match wanted {
         None => {
             if existing.is_empty() {

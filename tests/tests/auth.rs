@@ -127,6 +127,29 @@ async fn a_wrong_key_is_a_final_403() {
         .unwrap_err();
     assert_eq!(err.status(), Some(403));
     assert!(!err.is_retryable());
+
+    // A backup whose source credentials are refused says which setting to check.
+    let location = tablevault_coordinator::Location {
+        account: env.account.clone(),
+        container: unique_lower("bk"),
+        queue: unique_lower("q"),
+        client_options: Default::default(),
+        backends: None,
+    };
+    let req = tablevault_coordinator::backup::BackupRequest::new(wrong);
+    let opts = tablevault_coordinator::watch::WatchOptions::new(Default::default());
+    let err = tablevault_coordinator::backup::run_backup(&req, &location, &opts)
+        .await
+        .unwrap_err();
+    let text = err.to_string();
+    assert!(
+        text.contains("source account devstoreaccount1") && text.contains("TABLEVAULT_SOURCE"),
+        "{text}"
+    );
+    assert_eq!(
+        tablevault_cli::exit::error_code(&err),
+        tablevault_cli::exit::ExitCode::Usage
+    );
 }
 
 // ---------------------------------------------------------------------------------------
