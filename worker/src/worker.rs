@@ -445,7 +445,12 @@ pub(crate) mod tests {
             compression: Compression::Zstd,
             per_blob_max_bytes: 0,
             max_attempts: 5,
-            tables: Vec::new(),
+            tables: vec![tablevault_core::protocol::RestoreTable {
+                source: "Src".into(),
+                target: "Dst".into(),
+                entities: 0,
+                tasks: 1,
+            }],
             verify: true,
             max_rate: None,
             tool_version: String::new(),
