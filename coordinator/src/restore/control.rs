@@ -5,8 +5,9 @@ use std::time::Instant;
 
 use futures::StreamExt;
 use tablevault_azure::StorageAccount;
+use tablevault_azure::blob::BlobItem;
 use tablevault_core::protocol::{
-    AccountRef, JobStatus, RestoreJob, TaskMessage, is_valid_backup_id,
+    AccountRef, FAILED_METADATA, JobStatus, RestoreJob, TaskMessage, is_valid_backup_id,
 };
 use tablevault_core::store::{BackupPaths, Store};
 
@@ -119,23 +120,24 @@ pub async fn resume(
     )
     .await?;
     let paths = BackupPaths::new(&job.backup_id);
-    // A task whose record lists failed batches ran, but did not write everything: it
+    // A task whose record counts failed batches ran, but did not write everything: it
     // runs again (every mode replays safely; what it wrote is now identical). Its record
-    // goes first, or workers would drop the task as done.
-    let mut records = RestoreState::new(job.clone()).records;
-    records.refresh(&store).await?;
-    let retried: Vec<String> = records
-        .done
-        .iter()
-        .filter(|(_, r)| r.failed > 0 || !r.failures.is_empty())
-        .map(|((table, task), _)| paths.restore_done(restore_id, table, task))
-        .collect();
-    store.delete_all(&retried).await?;
-    let done: std::collections::HashSet<String> = store
-        .list_names(&paths.restore_done_root(restore_id))
+    // goes first, or workers would drop the task as done. The count is the record's
+    // metadata, so one listing tells both kinds apart.
+    let (retried, done): (Vec<BlobItem>, Vec<BlobItem>) = store
+        .blobs()
+        .list(&paths.restore_done_root(restore_id), None)
         .await?
+        .blobs
         .into_iter()
-        .collect();
+        .partition(|b| {
+            b.metadata
+                .get(FAILED_METADATA)
+                .is_some_and(|n| n.parse::<u64>().map_or(true, |n| n > 0))
+        });
+    let retried: Vec<String> = retried.into_iter().map(|b| b.name).collect();
+    store.delete_all(&retried).await?;
+    let done: std::collections::HashSet<String> = done.into_iter().map(|b| b.name).collect();
     let poisoned = store
         .list_names(&paths.restore_poison_root(restore_id))
         .await?;

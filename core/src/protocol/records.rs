@@ -259,6 +259,13 @@ pub struct BatchFailure {
     pub message: String,
 }
 
+/// Blob metadata of a restore's done record: entities its task wrote.
+pub const WRITTEN_METADATA: &str = "tvwritten";
+
+/// Blob metadata of a restore's done record: entities in its batches that failed, so
+/// `resume` finds the tasks to run again from one listing, without reading a record.
+pub const FAILED_METADATA: &str = "tvfailed";
+
 /// `restores/<restore>/done/<table>/<task>.json`: what one restore task did.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RestoreRecord {

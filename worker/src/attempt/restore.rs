@@ -14,7 +14,8 @@ use tablevault_azure::table::{
 };
 use tablevault_core::keys::EntityKey;
 use tablevault_core::protocol::{
-    BatchFailure, CommitRecord, RestoreJob, RestoreMode, RestoreRecord, now_rfc3339,
+    BatchFailure, CommitRecord, FAILED_METADATA, RestoreJob, RestoreMode, RestoreRecord,
+    WRITTEN_METADATA, now_rfc3339,
 };
 use tablevault_core::stats::WorkerStats;
 use tablevault_core::store::{BackupPaths, CreateOutcome, Store, StoreError};
@@ -207,8 +208,8 @@ impl RestoreAttempt<'_> {
             self.task,
         );
         let metadata = vec![
-            ("tvwritten".into(), record.written.to_string()),
-            ("tvfailed".into(), record.failed.to_string()),
+            (WRITTEN_METADATA.into(), record.written.to_string()),
+            (FAILED_METADATA.into(), record.failed.to_string()),
         ];
         match self.store.create(&path, &record, metadata).await? {
             CreateOutcome::Created => {
