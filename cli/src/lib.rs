@@ -25,11 +25,10 @@ pub async fn main() -> std::process::ExitCode {
     };
     tablevault_worker::process::init_logging(cli.log_format, cli.log_level());
     let json = cli.command.json();
-    let log = cli.log_format;
     if let Err(e) = cli.auth.install() {
         let e = tablevault_coordinator::Error::Config(e);
         let code = exit::error_code(&e);
-        output::print_error(&e, code, json, log);
+        output::print_error(&e, code, json);
         return std::process::ExitCode::from(code as u8);
     }
     let shutdown = tablevault_worker::process::shutdown_on_signal();
@@ -40,7 +39,7 @@ pub async fn main() -> std::process::ExitCode {
         }
         Err(e) => {
             let code = exit::error_code(&e);
-            output::print_error(&e, code, json, log);
+            output::print_error(&e, code, json);
             code
         }
     };

@@ -10,7 +10,6 @@ use tablevault_core::protocol::{JobStatus, RestoreMode};
 
 use crate::commands::Outcome;
 use crate::exit::ExitCode;
-use tablevault_worker::process::LogFormat;
 
 /// Prints a value as pretty JSON on stdout.
 pub fn print_json<T: Serialize + ?Sized>(value: &T) {
@@ -180,11 +179,11 @@ pub fn print_restore_plan(p: &RestorePlan) {
 }
 
 /// Prints a failure.
-pub fn print_error(e: &Error, code: ExitCode, json: bool, log: LogFormat) {
+pub fn print_error(e: &Error, code: ExitCode, json: bool) {
     if json {
         print_json(&serde_json::json!({ "error": e.to_string(), "exit_code": code as i32 }));
     } else {
-        tablevault_worker::process::print_failure(log, &e.to_string());
+        tablevault_worker::process::print_failure(&e.to_string());
     }
 }
 

@@ -94,12 +94,11 @@ fn main() -> std::process::ExitCode {
         .expect("tokio runtime")
         .block_on(async {
             let args = Args::parse();
-            let log_format = args.log_format;
-            init_logging(log_format, "info");
+            init_logging(args.log_format, "info");
             match run(args).await {
                 Ok(()) => std::process::ExitCode::SUCCESS,
                 Err(e) => {
-                    print_failure(log_format, &format!("{e:#}"));
+                    print_failure(&format!("{e:#}"));
                     std::process::ExitCode::from(1)
                 }
             }

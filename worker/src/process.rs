@@ -70,20 +70,23 @@ pub fn stderr_line(format: LogFormat, level: &str, prefix: &str, message: &str) 
     }
 }
 
-/// Writes a command's failure to stderr ([`stderr_line`]: `error: …`); a closed stderr
-/// is ignored (`eprintln!` panics).
-pub fn print_failure(format: LogFormat, message: &str) {
-    let line = stderr_line(format, "ERROR", "error: ", message);
-    let _ = writeln!(std::io::stderr(), "{line}");
+/// Writes a command's failure to stderr in the installed log format ([`stderr_line`]:
+/// `error: …`); a closed stderr is ignored (`eprintln!` panics).
+pub fn print_failure(message: &str) {
+    print_line("ERROR", "error: ", message);
 }
 
 /// Writes what a command is about to do to stderr, in the installed log format.
 pub fn print_notice(message: &str) {
+    print_line("INFO", "", message);
+}
+
+fn print_line(level: &str, prefix: &str, message: &str) {
     let format = LOG_FORMAT.get().copied().unwrap_or(LogFormat::Text);
     let _ = writeln!(
         std::io::stderr(),
         "{}",
-        stderr_line(format, "INFO", "", message)
+        stderr_line(format, level, prefix, message)
     );
 }
 
