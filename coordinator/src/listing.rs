@@ -7,7 +7,7 @@ use tablevault_core::store::{BackupPaths, Store, StoreError};
 
 use crate::Result;
 use crate::retention::policy::{format_time, time_of_id};
-use tablevault_core::job::finalize::settle_backup;
+use crate::state::{Standing, standing};
 use tablevault_core::protocol::BackupJob;
 
 /// One backup in the list.
@@ -108,24 +108,14 @@ pub async fn list(store: &Store) -> Result<Vec<ListEntry>> {
             }
             Err(e) => return Err(e.into()),
         };
-        let manifest = match settle_backup(store, &job).await {
-            Ok(m) => m,
-            Err(StoreError::Corrupt(why)) => {
+        let (status, manifest) = match standing(store, &job).await? {
+            Standing::Complete(m) => (JobStatus::Complete, Some(*m)),
+            Standing::InProgress => (JobStatus::InProgress, None),
+            Standing::Incomplete => (JobStatus::Incomplete, None),
+            Standing::Damaged(why) => {
                 out.push(ListEntry::damaged(&id, Some(&job), why));
                 continue;
             }
-            Err(e) => return Err(e.into()),
-        };
-        let status = if manifest.is_some() {
-            JobStatus::Complete
-        } else if store
-            .list_names(&BackupPaths::new(&id).poison_root())
-            .await?
-            .is_empty()
-        {
-            JobStatus::InProgress
-        } else {
-            JobStatus::Incomplete
         };
         out.push(ListEntry {
             backup_id: id.clone(),

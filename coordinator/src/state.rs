@@ -5,14 +5,45 @@
 //! tiled; every task accounted for). The coordinator holds nothing else, so any
 //! coordinator can pick a job up where another left it.
 
+use tablevault_core::job::finalize::settle_backup;
 use tablevault_core::protocol::{
     BackupJob, Manifest, RestoreJob, RestoreRecord, is_valid_backup_id,
 };
-use tablevault_core::store::{BackupPaths, Store};
+use tablevault_core::store::{BackupPaths, Store, StoreError};
 
 pub use tablevault_core::job::{BackupState as JobState, Records};
 
 use crate::{Error, Result};
+
+/// Where a backup stands by its files, as `list` and retention see it.
+pub(crate) enum Standing {
+    /// It has its manifest (finalized now if its ranges tile every table).
+    Complete(Box<Manifest>),
+    /// No manifest, nothing poisoned.
+    InProgress,
+    /// No manifest, some task poisoned.
+    Incomplete,
+    /// Its manifest or a record cannot be read: why.
+    Damaged(String),
+}
+
+/// The one rule ([`settle_backup`]), then its poison records; an unreadable file makes
+/// it damaged rather than failing the caller, so one such backup does not hide others.
+pub(crate) async fn standing(store: &Store, job: &BackupJob) -> Result<Standing> {
+    Ok(match settle_backup(store, job).await {
+        Ok(Some(m)) => Standing::Complete(Box::new(m)),
+        Ok(None) => {
+            let poison = BackupPaths::new(&job.backup_id).poison_root();
+            if store.list_names(&poison).await?.is_empty() {
+                Standing::InProgress
+            } else {
+                Standing::Incomplete
+            }
+        }
+        Err(StoreError::Corrupt(why)) => Standing::Damaged(why),
+        Err(e) => return Err(e.into()),
+    })
+}
 
 /// Loads a backup's plan; an id that is malformed or unknown is an invalid request.
 pub async fn load_job(store: &Store, id: &str) -> Result<BackupJob> {

@@ -8,12 +8,12 @@
 
 use futures::StreamExt;
 use serde::Deserialize;
-use tablevault_core::job::finalize::settle_backup;
 use tablevault_core::protocol::{JobStatus, is_valid_backup_id};
 use tablevault_core::store::{BackupPaths, Store, StoreError};
 
 use super::policy::{Span, parse_time, time_of_id};
 use crate::Result;
+use crate::state::{Standing, standing};
 
 /// Where a backup stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -168,15 +168,14 @@ async fn survey_one(
         .or_else(|| time_of_id(id))
         .unwrap_or(0);
     let mut damage = None;
-    let kind = match settle_backup(store, &job).await {
-        Ok(Some(_)) => Kind::Complete,
-        Ok(None) if store.list_names(&paths.poison_root()).await?.is_empty() => Kind::InProgress,
-        Ok(None) => Kind::Incomplete,
-        Err(StoreError::Corrupt(why)) => {
+    let kind = match standing(store, &job).await? {
+        Standing::Complete(_) => Kind::Complete,
+        Standing::InProgress => Kind::InProgress,
+        Standing::Incomplete => Kind::Incomplete,
+        Standing::Damaged(why) => {
             damage = Some(why);
             Kind::Damaged
         }
-        Err(e) => return Err(e.into()),
     };
     let last_activity = if matches!(kind, Kind::Complete | Kind::Damaged) {
         started
