@@ -46,8 +46,8 @@ impl AccountSet {
                 let service = service_domain(&endpoint, &wanted.account)?;
                 self.accounts.iter().find(|a| {
                     a.name() == wanted.account
-                        && table(a).and_then(|u| service_domain(&u, a.name()))
-                            == Some(service.clone())
+                        && table(a).and_then(|u| service_domain(&u, a.name())).as_ref()
+                            == Some(&service)
                 })
             })
     }

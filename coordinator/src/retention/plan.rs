@@ -31,12 +31,9 @@ fn newest_complete(backups: &[Surveyed]) -> BTreeMap<&str, Vec<String>> {
     let mut newest: BTreeMap<(Option<&str>, Option<&str>, String), &Surveyed> = BTreeMap::new();
     for b in backups.iter().filter(|b| b.kind == Kind::Complete) {
         for t in &b.tables {
+            let (name, endpoint) = account(b);
             let slot = newest
-                .entry((
-                    b.source_account.as_deref(),
-                    b.source_endpoint.as_deref(),
-                    t.to_lowercase(),
-                ))
+                .entry((name, endpoint, t.to_lowercase()))
                 .or_insert(b);
             if (b.started, &b.id) > (slot.started, &slot.id) {
                 *slot = b;
