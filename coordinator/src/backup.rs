@@ -97,25 +97,33 @@ impl BackupRequest {
 }
 
 /// Lists and checks the tables to back up.
+///
+/// Credentials that may read tables but not list them (a service SAS for one table,
+/// `tn=`, or a role scoped to a table) can still back up the tables `--tables` names:
+/// each is then looked for with a one-entity query instead of in the listing.
 async fn resolve_tables(
     client: &TableClient,
     wanted: &Option<Vec<String>>,
     account: &str,
 ) -> Result<Vec<String>> {
-    let existing = client.list_tables().await.map_err(|e| {
-        let refused = matches!(e.status(), Some(401 | 403));
-        let e = Error::from(e);
-        if refused {
-            // The service's text names neither the setting nor what it lacks.
-            e.in_step(format!(
-                "the credentials for the source account {account} cannot list its tables \
-                 (check --source / TABLEVAULT_SOURCE: a SAS needs ss=t, srt=sco, the r and \
-                 l permissions and an se= in the future; a role, Storage Table Data Reader)"
-            ))
-        } else {
-            e
+    if wanted
+        .as_ref()
+        .is_some_and(|names| names.iter().any(|n| n.trim().is_empty()))
+    {
+        return Err(Error::invalid(
+            "--tables names an empty table (a stray comma?)",
+        ));
+    }
+    let existing = match client.list_tables().await {
+        Ok(existing) => existing,
+        Err(e) if matches!(e.status(), Some(401 | 403)) => {
+            return match wanted {
+                Some(names) => readable_unlisted(client, names, account).await,
+                None => Err(listing_refused(e, account)),
+            };
         }
-    })?;
+        Err(e) => return Err(e.into()),
+    };
     match wanted {
         None => {
             if existing.is_empty() {
@@ -126,11 +134,6 @@ async fn resolve_tables(
             Ok(existing)
         }
         Some(names) => {
-            if names.iter().any(|n| n.trim().is_empty()) {
-                return Err(Error::invalid(
-                    "--tables names an empty table (a stray comma?)",
-                ));
-            }
             let mut out: Vec<String> = Vec::new();
             let mut missing = Vec::new();
             for n in names {
@@ -140,15 +143,77 @@ async fn resolve_tables(
                     None => missing.push(n.clone()),
                 }
             }
-            if !missing.is_empty() {
-                return Err(Error::invalid(format!(
-                    "table(s) not found in the source account {account}: {}",
-                    missing.join(", ")
-                )));
-            }
+            not_found(&missing, account)?;
             Ok(out)
         }
     }
+}
+
+/// The error for a refused listing of the source's tables: the service's text names
+/// neither the setting nor what it lacks.
+fn listing_refused(e: tablevault_azure::Error, account: &str) -> Error {
+    refused_reading(e, account, "list its tables")
+}
+
+/// The error for credentials the source refused `what`, naming the setting to check.
+fn refused_reading(e: tablevault_azure::Error, account: &str, what: &str) -> Error {
+    Error::from(e).in_step(format!(
+        "the credentials for the source account {account} cannot {what} \
+         (check --source / TABLEVAULT_SOURCE: a SAS needs ss=t, srt=sco, the r and \
+         l permissions and an se= in the future; a role, Storage Table Data Reader; \
+         a SAS for one table, tn=, can back it up when --tables names it)"
+    ))
+}
+
+/// Refuses a backup of tables the source does not hold.
+fn not_found(missing: &[String], account: &str) -> Result<()> {
+    if missing.is_empty() {
+        return Ok(());
+    }
+    Err(Error::invalid(format!(
+        "table(s) not found in the source account {account}: {}",
+        missing.join(", ")
+    )))
+}
+
+/// The tables `names`, each checked with a one-entity query, where the credentials may
+/// not list the account's tables. Names keep the case given: without the listing there
+/// is no other.
+async fn readable_unlisted(
+    client: &TableClient,
+    names: &[String],
+    account: &str,
+) -> Result<Vec<String>> {
+    let probe = tablevault_azure::table::Query {
+        top: Some(1),
+        keys_only: true,
+        ..Default::default()
+    };
+    let mut out: Vec<String> = Vec::new();
+    let mut missing = Vec::new();
+    for n in names {
+        if out.iter().any(|o| o.eq_ignore_ascii_case(n)) {
+            continue;
+        }
+        match client.query_page(n, &probe, None).await {
+            Ok(_) => out.push(n.clone()),
+            Err(e) if e.status() == Some(404) => missing.push(n.clone()),
+            Err(e) if matches!(e.status(), Some(401 | 403)) => {
+                return Err(refused_reading(
+                    e,
+                    account,
+                    &format!("list its tables, nor read table {n}"),
+                ));
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+    not_found(&missing, account)?;
+    tracing::info!(
+        tables = out.len(),
+        "the source's tables cannot be listed with these credentials; each named table was read instead"
+    );
+    Ok(out)
 }
 
 /// Cuts one table into ranges.

@@ -196,6 +196,7 @@ impl TableClient {
     /// and found no `Multi1` for `MULTI1`, so a restore renamed into `MULTI1` went ahead
     /// as into a new table, without asking, while writing into the live `Multi1`. The
     /// names beginning with the name's letter in either case are listed and compared.
+    /// Where the credentials may not list tables, the table is queried for one entity.
     pub async fn table_exists(&self, name: &str) -> Result<bool> {
         const OP: &str = "Query Tables";
         check_table_name(OP, name)?;
@@ -213,8 +214,24 @@ impl TableClient {
             starting_with(first.to_ascii_uppercase()),
             starting_with(first.to_ascii_lowercase())
         );
-        let names = self.list_tables_where(Some(&filter), None).await?;
-        Ok(names.iter().any(|t| t.eq_ignore_ascii_case(name)))
+        match self.list_tables_where(Some(&filter), None).await {
+            Ok(names) => Ok(names.iter().any(|t| t.eq_ignore_ascii_case(name))),
+            // Credentials for one table (a service SAS, `tn=`) may read it but not list
+            // tables: a one-entity query tells whether it is there.
+            Err(refused) if matches!(refused.status(), Some(401 | 403)) => {
+                let probe = Query {
+                    top: Some(1),
+                    keys_only: true,
+                    ..Default::default()
+                };
+                match self.query_page(name, &probe, None).await {
+                    Ok(_) => Ok(true),
+                    Err(e) if e.status() == Some(404) => Ok(false),
+                    Err(_) => Err(refused),
+                }
+            }
+            Err(e) => Err(e),
+        }
     }
 
     /// Creates a table. A table still being deleted (`409 TableBeingDeleted`, which lasts
