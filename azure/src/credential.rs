@@ -24,6 +24,11 @@ pub enum CredentialError {
     /// A SAS without its `sig` parameter cannot authorize anything.
     #[error("SharedAccessSignature has no sig parameter")]
     SasWithoutSignature,
+    /// The SAS's expiry (`se=`) has passed: every request would be refused.
+    #[error(
+        "SharedAccessSignature expired at {0} (its se= parameter); ask for a new one (the signature is not shown)"
+    )]
+    SasExpired(String),
 }
 
 /// Why a token provider could not produce a token.
@@ -107,18 +112,42 @@ impl fmt::Debug for SasToken {
 }
 
 impl SasToken {
-    /// Accepts a SAS with or without a leading `?`; it must contain a `sig` parameter.
+    /// Accepts a SAS with or without a leading `?`; it must contain a `sig` parameter,
+    /// and its expiry (`se=`), where it reads as a date, must not have passed.
+    ///
+    /// Values are percent-encoded where they were pasted decoded: a `sig` copied from a
+    /// tool that shows it decoded holds `+`, which a query decodes as a space, and
+    /// every request was then refused as badly signed. What is already encoded stays
+    /// as given.
     pub fn parse(text: &str) -> Result<Self, CredentialError> {
+        Self::parse_at(text, std::time::SystemTime::now())
+    }
+
+    fn parse_at(text: &str, now: std::time::SystemTime) -> Result<Self, CredentialError> {
         let t = text.trim().trim_start_matches('?');
-        let has_sig = t.split('&').any(|p| {
-            p.split('=')
-                .next()
-                .is_some_and(|k| k.eq_ignore_ascii_case("sig"))
-        });
-        if !has_sig {
+        let params: Vec<(&str, &str)> = t
+            .split('&')
+            .filter(|p| !p.is_empty())
+            .map(|p| p.split_once('=').unwrap_or((p, "")))
+            .collect();
+        if !params.iter().any(|(k, _)| k.eq_ignore_ascii_case("sig")) {
             return Err(CredentialError::SasWithoutSignature);
         }
-        Ok(SasToken(Secret::new(t.to_string())))
+        let expiry = params
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case("se"))
+            .map(|(_, v)| percent_encoding::percent_decode_str(v).decode_utf8_lossy());
+        if let Some(se) = expiry
+            && sas_time(&se).is_some_and(|at| at <= now)
+        {
+            return Err(CredentialError::SasExpired(se.into_owned()));
+        }
+        let query = params
+            .iter()
+            .map(|(k, v)| format!("{k}={}", encode_sas_value(v)))
+            .collect::<Vec<_>>()
+            .join("&");
+        Ok(SasToken(Secret::new(query)))
     }
 
     /// The token's query string (secret).
@@ -135,6 +164,44 @@ impl SasToken {
         };
         url.set_query(Some(&q));
     }
+}
+
+/// A SAS time (`se=`, `st=`): a UTC date, or a date and time to the minute or second
+/// (ISO 8601, as the portal and the SDKs write them); `None` for anything else.
+fn sas_time(text: &str) -> Option<std::time::SystemTime> {
+    let full = match text.len() {
+        10 => format!("{text}T00:00:00Z"),
+        17 if text.ends_with('Z') => format!("{}:00Z", &text[..16]),
+        _ => text.to_string(),
+    };
+    humantime::parse_rfc3339_weak(full.trim_end_matches('Z')).ok()
+}
+
+/// A SAS parameter's value with every byte a query may not carry as is percent-encoded;
+/// `%XX` escapes already there are kept.
+fn encode_sas_value(value: &str) -> String {
+    let bytes = value.as_bytes();
+    let mut out = String::with_capacity(value.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let b = bytes[i];
+        let escape = b == b'%'
+            && bytes.len() > i + 2
+            && bytes[i + 1].is_ascii_hexdigit()
+            && bytes[i + 2].is_ascii_hexdigit();
+        if escape {
+            out.push_str(&value[i..i + 3]);
+            i += 3;
+            continue;
+        }
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+        i += 1;
+    }
+    out
 }
 
 /// A source of Microsoft Entra ID access tokens for `https://storage.azure.com/`.
@@ -182,4 +249,73 @@ pub enum TableAuthScheme {
     SharedKey,
     /// `SharedKeyLite`: date and resource only.
     SharedKeyLite,
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, SystemTime};
+
+    use super::*;
+
+    fn at(rfc3339: &str) -> SystemTime {
+        humantime::parse_rfc3339(rfc3339).unwrap()
+    }
+
+    /// Regression: a `sig` pasted decoded (`+`, `/`, `=` as base64 writes them) was sent
+    /// as given, and the service read its `+` as a space: every request refused.
+    #[test]
+    fn values_pasted_decoded_are_encoded_and_encoded_ones_kept() {
+        let now = at("2026-01-01T00:00:00Z");
+        for (given, sent) in [
+            (
+                "sv=2022-11-02&sig=ab+c/d=",
+                "sv=2022-11-02&sig=ab%2Bc%2Fd%3D",
+            ),
+            (
+                "?sv=2022-11-02&sig=ab%2Bc%2Fd%3D",
+                "sv=2022-11-02&sig=ab%2Bc%2Fd%3D",
+            ),
+            (
+                "se=2030-01-01T00:00:00Z&spr=https,http&sig=a%2b+",
+                "se=2030-01-01T00%3A00%3A00Z&spr=https%2Chttp&sig=a%2b%2B",
+            ),
+            ("sig=100%&sv=1", "sig=100%25&sv=1"),
+        ] {
+            let sas = SasToken::parse_at(given, now).unwrap();
+            assert_eq!(sas.query(), sent, "{given}");
+        }
+    }
+
+    /// Regression: an expired SAS was sent, and the service's "failed to authenticate"
+    /// did not say why.
+    #[test]
+    fn an_expired_sas_is_refused_by_its_date() {
+        let now = at("2026-06-01T12:00:00Z");
+        for se in [
+            "2026-06-01",
+            "2026-06-01T11:59Z",
+            "2026-06-01T11%3A59%3A59Z",
+            "2026-06-01T11:59:59.5000000Z",
+            "2020-01-01T00:00:00Z",
+        ] {
+            let err = SasToken::parse_at(&format!("sv=1&se={se}&sig=SECRET"), now)
+                .err()
+                .unwrap_or_else(|| panic!("{se} is past"));
+            let text = err.to_string();
+            assert!(
+                text.contains("expired at 2026") || text.contains("expired at 2020"),
+                "{text}"
+            );
+            assert!(!text.contains("SECRET"), "{text}");
+        }
+        for se in ["2026-06-02", "2026-06-01T12:01Z", "not a date", ""] {
+            assert!(
+                SasToken::parse_at(&format!("se={se}&sig=x"), now).is_ok(),
+                "{se}"
+            );
+        }
+        let later = now + Duration::from_secs(3600);
+        assert!(SasToken::parse_at("se=2026-06-01T12:30Z&sig=x", now).is_ok());
+        assert!(SasToken::parse_at("se=2026-06-01T12:30Z&sig=x", later).is_err());
+    }
 }

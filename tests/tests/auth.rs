@@ -73,6 +73,23 @@ async fn account_sas_works_for_all_three_services() {
     ))
     .unwrap();
 
+    // The same SAS pasted decoded (its sig's `+`, `/` and `=` as base64 writes them):
+    // they are encoded before it is sent, as a query would otherwise read `+` as a space.
+    let decoded = percent_encoding::percent_decode_str(&account_sas())
+        .decode_utf8()
+        .unwrap()
+        .into_owned();
+    assert!(decoded.contains(['+', '/']), "{decoded}");
+    let pasted_decoded = StorageAccount::from_connection_string(&format!(
+        "{endpoints}SharedAccessSignature={decoded}"
+    ))
+    .unwrap();
+    TableClient::new(&pasted_decoded)
+        .unwrap()
+        .list_tables()
+        .await
+        .unwrap();
+
     let t = TableClient::new(&sas_account).unwrap();
     let name = unique_table("sas");
     t.create_table(&name).await.unwrap();
