@@ -43,6 +43,11 @@ struct Args {
 
 #[derive(Serialize)]
 struct DemoReport {
+    /// `ok` when the restored table was verified identical, else `failed`.
+    status: &'static str,
+    /// What failed, when something did.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    problem: Option<String>,
     table: String,
     loaded_entities: u64,
     load_seconds: f64,
@@ -55,14 +60,35 @@ struct DemoReport {
 async fn main() -> std::process::ExitCode {
     tablevault_worker::process::end_quietly_on_closed_output();
     let args = Args::parse();
+    let json = args.json;
     match run(args).await {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
+            // With --json, stdout holds one object whatever happened: the report, or
+            // where the demo stopped before it, the error.
+            if json && e.downcast_ref::<Reported>().is_none() {
+                print_json(&serde_json::json!({
+                    "status": "failed",
+                    "problem": format!("{e:#}"),
+                }));
+            }
             eprintln!("demo failed: {e:#}");
             std::process::ExitCode::FAILURE
         }
     }
 }
+
+/// A failure the `--json` report already carries.
+#[derive(Debug)]
+struct Reported(String);
+
+impl std::fmt::Display for Reported {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Reported {}
 
 async fn run(args: Args) -> anyhow::Result<()> {
     let (entities, workers, json) = (args.entities, args.workers as usize, args.json);
@@ -158,6 +184,8 @@ async fn run(args: Args) -> anyhow::Result<()> {
     );
     if json {
         print_json(&DemoReport {
+            status: if ok { "ok" } else { "failed" },
+            problem: (!ok).then(|| failure.clone()),
             table: DEMO_TABLE.into(),
             loaded_entities: entities,
             load_seconds,
@@ -169,6 +197,9 @@ async fn run(args: Args) -> anyhow::Result<()> {
         print_verify(&verified);
     }
     if !ok {
+        if json {
+            return Err(Reported(failure).into());
+        }
         bail!(failure);
     }
     say(&format!(
