@@ -18,7 +18,7 @@ use tablevault_core::protocol::{
     TablePlan, TaskKind, TaskMessage, WholeTable, new_backup_id, now_rfc3339,
 };
 use tablevault_core::stats::WorkerStats;
-use tablevault_core::store::{BackupPaths, CreateOutcome, Store};
+use tablevault_core::store::{BackupPaths, CreateOutcome, Store, StoreError};
 
 use crate::error::carry_on_hint;
 use crate::location::Location;
@@ -28,7 +28,7 @@ use crate::report::{BackupReport, PoisonReport, TableReport, peak_rss_bytes};
 use crate::state::{JobState, load_job};
 use crate::watch::{Snapshot, WatchOptions, Watched, watch as watch_job};
 use crate::{Error, Result};
-use tablevault_core::job::finalize::{finalize, settle_backup};
+use tablevault_core::job::finalize::{finalize, rebuild_manifest, settle_backup};
 
 /// Most tasks a large table is planned into from its last backup: four per in-process
 /// worker (at least 8) so no worker waits on a straggler for long and no planned task
@@ -672,6 +672,36 @@ pub struct StatusOptions {
     pub retry_poisoned: bool,
 }
 
+/// Seeing a backup to its end (`wait`) includes a manifest that can be read: where the
+/// stored one cannot, it is rebuilt from the commit records ([`rebuild_manifest`]), and
+/// where they cannot rebuild it, the error says why. Without `wait`, the error says how.
+async fn rebuild_unreadable_manifest(store: &Store, job: &BackupJob, wait: bool) -> Result<()> {
+    let why = match store.manifest(&job.backup_id).await {
+        Err(StoreError::Corrupt(why)) => why,
+        other => return other.map(|_| ()).map_err(Error::from),
+    };
+    if !wait {
+        return Err(Error::Corrupt(format!(
+            "{why} (`tablevault status {} --wait` rebuilds the manifest from the commit records)",
+            job.backup_id
+        )));
+    }
+    match rebuild_manifest(store, job).await? {
+        Some(manifest) => {
+            tracing::warn!(
+                backup = %job.backup_id,
+                entities = manifest.entities,
+                unreadable = %why,
+                "the manifest could not be read; rebuilt from the commit records"
+            );
+            Ok(())
+        }
+        None => Err(Error::Corrupt(format!(
+            "{why}; its commit records do not tile every table, so it cannot be rebuilt"
+        ))),
+    }
+}
+
 /// `tablevault status <id> [--wait] [--retry-poisoned]`: report, and optionally take the
 /// job over (re-enqueue what a dead coordinator never enqueued, requeue poisoned tasks,
 /// watch to the end, finalize).
@@ -697,6 +727,7 @@ pub async fn status(
         };
         &on_its_queue
     };
+    rebuild_unreadable_manifest(&store, &job, what.wait).await?;
     let mut state = JobState::new(job.clone());
     state.refresh(&store).await?;
     // The one rule: a job whose ranges tile every table is complete, whoever sees it.

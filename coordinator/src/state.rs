@@ -40,7 +40,20 @@ pub(crate) async fn standing(store: &Store, job: &BackupJob) -> Result<Standing>
                 Standing::Incomplete
             }
         }
-        Err(StoreError::Corrupt(why)) => Standing::Damaged(why),
+        Err(StoreError::Corrupt(why)) => {
+            // An unreadable manifest over whole records can be rebuilt: say how.
+            if matches!(
+                store.manifest(&job.backup_id).await,
+                Err(StoreError::Corrupt(_))
+            ) {
+                Standing::Damaged(format!(
+                    "{why} (`tablevault status {} --wait` rebuilds the manifest from the commit records)",
+                    job.backup_id
+                ))
+            } else {
+                Standing::Damaged(why)
+            }
+        }
         Err(e) => return Err(e.into()),
     })
 }

@@ -1357,3 +1357,91 @@ async fn a_failing_table_of_a_group_is_poisoned_alone() {
         ("complete", total as u64)
     );
 }
+
+/// Regression: a complete backup whose `manifest.json` could no longer be read (bit rot,
+/// a bad hand edit) was listed as damaged and could only be forgotten, though its
+/// records and data were whole. `status --wait` now rebuilds the manifest from the
+/// commit records, and refuses when a data blob they name is gone.
+#[tokio::test]
+async fn status_wait_rebuilds_an_unreadable_manifest_from_the_commit_records() {
+    let Setup {
+        env,
+        client,
+        table,
+        source,
+        t,
+    } = numbered("rebuild", 4, 150).await;
+    let mut req = backup_of(&env.account, &table);
+    req.split_keys = vec!["p001".into(), "p002".into(), "p003".into()];
+    let report = run_backup(&req, &t, &watch_opts(2, &env.account))
+        .await
+        .unwrap();
+    let id = report.backup_id;
+    let blobs = store(&t);
+    let before = load_manifest(&blobs, &id).await.unwrap().unwrap();
+    let raw = blob_client(&t);
+    let paths = BackupPaths::new(&id);
+    let damage = || async {
+        raw.put_blob(
+            &paths.manifest(),
+            bytes::Bytes::from_static(br#"{"format": 1, "backup_"#),
+            &Default::default(),
+        )
+        .await
+        .unwrap();
+    };
+    damage().await;
+    let listed = tablevault_coordinator::listing::list(&blobs).await.unwrap();
+    let damaged = listed.iter().find(|e| e.backup_id == id).unwrap();
+    assert_eq!(
+        damaged.status,
+        tablevault_core::protocol::JobStatus::Damaged
+    );
+    assert!(
+        damaged
+            .problem
+            .as_deref()
+            .is_some_and(|p| p.contains("status") && p.contains("--wait")),
+        "{damaged:?}"
+    );
+
+    let look = StatusOptions {
+        wait: false,
+        retry_poisoned: false,
+    };
+    let e = status(&t, &id, look, &watch_opts(0, &env.account))
+        .await
+        .unwrap_err();
+    assert!(e.to_string().contains("rebuilds the manifest"), "{e}");
+    let wait = StatusOptions { wait: true, ..look };
+    let report = status(&t, &id, wait, &watch_opts(0, &env.account))
+        .await
+        .unwrap();
+    assert_eq!(
+        (report.status.as_str(), report.entities),
+        ("complete", source.len() as u64)
+    );
+    let rebuilt = load_manifest(&blobs, &id).await.unwrap().unwrap();
+    assert_eq!(rebuilt.tables, before.tables);
+    assert_eq!(
+        read_backup(&blobs, &rebuilt, &table).await,
+        scan_all(&client, &table).await
+    );
+
+    // A data blob gone as well: nothing is rewritten, and the error names the blob.
+    damage().await;
+    let commit = blobs
+        .commit_record(&before.tables[0].ranges[1].commit)
+        .await
+        .unwrap();
+    let lost = &commit.blobs[0].name;
+    raw.delete(lost).await.unwrap();
+    let e = status(&t, &id, wait, &watch_opts(0, &env.account))
+        .await
+        .unwrap_err();
+    assert!(
+        e.to_string().contains("cannot be rebuilt") && e.to_string().contains(lost.as_str()),
+        "{e}"
+    );
+    assert!(load_manifest(&blobs, &id).await.is_err(), "left as it was");
+}

@@ -28,7 +28,7 @@ use futures::StreamExt;
 use tablevault_azure::StorageAccount;
 use tablevault_azure::table::TableClient;
 use tablevault_core::format::FORMAT_VERSION;
-use tablevault_core::job::finalize::settle_backup;
+use tablevault_core::job::finalize::{missing_or_short, settle_backup};
 use tablevault_core::protocol::{
     AccountRef, CommitRecord, JobStatus, Manifest, ManifestTable, PROTOCOL_VERSION, RestoreJob,
     RestoreMode, RestoreStateRecord, RestoreTable, TaskKind, TaskMessage, new_backup_id,
@@ -249,26 +249,13 @@ fn check_blobs(
     commits: &[CommitRecord],
     sizes: &BTreeMap<String, u64>,
 ) -> Result<()> {
-    for blob in commits.iter().flat_map(|c| &c.blobs) {
-        let needed = blob
-            .blocks
-            .iter()
-            .map(|b| b.offset.saturating_add(b.length))
-            .max()
-            .unwrap_or(0);
-        let problem = match sizes.get(&blob.name) {
-            None => "is missing".to_string(),
-            Some(&size) if size < needed => {
-                format!("holds {size} bytes, its blocks end at byte {needed}")
-            }
-            Some(_) => continue,
-        };
-        return Err(Error::Corrupt(format!(
-            "backup {backup_id}, table {}: data blob {} {problem}; nothing was written",
-            table.name, blob.name
-        )));
+    match missing_or_short(commits.iter().flat_map(|c| &c.blobs), sizes) {
+        None => Ok(()),
+        Some((blob, problem)) => Err(Error::Corrupt(format!(
+            "backup {backup_id}, table {}: data blob {blob} {problem}; nothing was written",
+            table.name
+        ))),
     }
-    Ok(())
 }
 
 /// Creates a target table, naming the account when the credentials may not.

@@ -2,14 +2,14 @@
 //! (create-only, so everyone finalizing at once agrees on one), then delete the blobs of
 //! attempts that did not win. Safe to run again at any point, by anyone.
 
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashSet};
 
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD as BASE64;
 
 use super::BackupState;
 use crate::keys::{KeyRange, find_tiling};
-use crate::protocol::{BackupJob, Manifest, ManifestRange, ManifestTable, now_rfc3339};
+use crate::protocol::{BackupJob, BlobRecord, Manifest, ManifestRange, ManifestTable, now_rfc3339};
 use crate::store::{BackupPaths, CreateOutcome, Result, Store, StoreError};
 
 /// Blob metadata of a commit record holding its range (base64 of JSON), so completion
@@ -79,11 +79,10 @@ pub async fn finalize(store: &Store, state: &BackupState) -> Result<Option<Manif
     let Some(manifest) = build_manifest(state) else {
         return Ok(None);
     };
-    let metadata = vec![
-        ("tvformat".into(), manifest.format.to_string()),
-        ("tventities".into(), manifest.entities.to_string()),
-    ];
-    let manifest = match store.create(&paths.manifest(), &manifest, metadata).await? {
+    let manifest = match store
+        .create(&paths.manifest(), &manifest, manifest_metadata(&manifest))
+        .await?
+    {
         CreateOutcome::Created => {
             tracing::info!(backup = %id, entities = manifest.entities, "backup complete: manifest written");
             manifest
@@ -94,6 +93,73 @@ pub async fn finalize(store: &Store, state: &BackupState) -> Result<Option<Manif
     };
     collect_garbage(store, &paths, &manifest, state).await?;
     Ok(Some(manifest))
+}
+
+/// The blob metadata a manifest is written with (seen in listings without a read).
+fn manifest_metadata(manifest: &Manifest) -> Vec<(String, String)> {
+    vec![
+        ("tvformat".into(), manifest.format.to_string()),
+        ("tventities".into(), manifest.entities.to_string()),
+    ]
+}
+
+/// The first of `blobs` that is missing from `sizes` (a listing of the data blobs) or
+/// shorter than its blocks need, with what is wrong with it.
+pub fn missing_or_short<'a>(
+    blobs: impl IntoIterator<Item = &'a BlobRecord>,
+    sizes: &BTreeMap<String, u64>,
+) -> Option<(&'a str, String)> {
+    blobs.into_iter().find_map(|blob| {
+        let needed = blob
+            .blocks
+            .iter()
+            .map(|b| b.offset.saturating_add(b.length))
+            .max()
+            .unwrap_or(0);
+        match sizes.get(&blob.name) {
+            None => Some((blob.name.as_str(), "is missing".to_string())),
+            Some(&size) if size < needed => Some((
+                blob.name.as_str(),
+                format!("holds {size} bytes, its blocks end at byte {needed}"),
+            )),
+            Some(_) => None,
+        }
+    })
+}
+
+/// Rewrites the manifest of a complete backup from its commit records, where the stored
+/// one cannot be read: the records are what it was built from, and the data is intact,
+/// but without a manifest no restore may read the backup. Only over a manifest that is
+/// there (a backup never finalized is not made complete here); `None` when the records
+/// do not tile every table, or the backup is being deleted. Refused as corrupt when a
+/// data blob the records name is missing or short.
+pub async fn rebuild_manifest(store: &Store, job: &BackupJob) -> Result<Option<Manifest>> {
+    let paths = BackupPaths::new(&job.backup_id);
+    if store.exists(&paths.deleting()).await? {
+        return Ok(None);
+    }
+    let mut state = BackupState::new(job.clone());
+    state.refresh(store).await?;
+    let Some(manifest) = build_manifest(&state) else {
+        return Ok(None);
+    };
+    let sizes = store.blob_sizes(&paths.data_root()).await?;
+    let named = manifest.tables.iter().flat_map(|t| {
+        t.ranges
+            .iter()
+            .filter_map(|r| state.commits().get(&(t.name.clone(), r.task.clone())))
+            .flat_map(|c| &c.blobs)
+    });
+    if let Some((blob, problem)) = missing_or_short(named, &sizes) {
+        return Err(StoreError::Corrupt(format!(
+            "the manifest of {} cannot be rebuilt: data blob {blob} {problem}",
+            job.backup_id
+        )));
+    }
+    let written = store
+        .replace_existing(&paths.manifest(), &manifest, manifest_metadata(&manifest))
+        .await?;
+    Ok(written.then_some(manifest))
 }
 
 /// Deletes data blobs that no range of the manifest references: attempts that lost the
