@@ -295,6 +295,14 @@ pub fn print_restore(r: &RestoreReport) {
     for p in &r.poisoned {
         print_poisoned(p);
     }
+    if r.status == JobStatus::Cancelled {
+        // Written counts come from finished tasks' records; a task stopped mid-way
+        // records nothing, though its batches that landed stay in the target.
+        println!(
+            "  counts are of finished tasks: tasks stopped by the cancel wrote some batches too (`tablevault verify {} --against` compares the target with the backup)",
+            r.backup_id
+        );
+    }
     match &r.verification {
         Some(v) => {
             let different: u64 = v.tables.iter().map(|t| t.counts.different).sum();
