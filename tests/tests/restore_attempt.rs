@@ -136,3 +136,78 @@ async fn every_failure_of_a_batch_is_reported_not_only_the_last() {
         .collect();
     assert_eq!(codes, vec!["Conflict", "PropertyValueTooLarge"]);
 }
+
+/// Regression: one entity the service refuses failed its whole change set, and the
+/// batch's other entities (up to 99) were recorded as failed and never written. They are
+/// now written one request each, and only the refused one is recorded, with its reason.
+#[tokio::test]
+async fn one_refused_entity_does_not_keep_its_batch_out() {
+    let entities: Vec<Entity> = ["a", "b", "c"]
+        .iter()
+        .map(|&rk| Entity::new("p", rk).with("V", EdmValue::Int32(1)))
+        .collect();
+    let (store, commit) = backed_up(entities).await;
+    let refused = r#"{"odata.error":{"code":"PropertyValueTooLarge","message":{"lang":"en-US","value":"too large"}}}"#;
+    let server = MockServer::start(vec![
+        // The change set of a, b and c: b is refused.
+        batch_failure(400, "PropertyValueTooLarge", 1),
+        // Then one request each.
+        Reply::new(204, &[], ""),
+        Reply::new(400, &[("Content-Type", "application/json")], refused),
+        Reply::new(204, &[], ""),
+    ])
+    .await;
+    let account = StorageAccount::from_connection_string(&format!(
+        "DefaultEndpointsProtocol=http;AccountName=devstoreaccount1;AccountKey={EMULATOR_KEY};\
+         TableEndpoint={}",
+        server.endpoint()
+    ))
+    .unwrap();
+    let target = TableClient::new(&account).unwrap();
+    let job = restore_job(RestoreMode::Upsert);
+    let stats = WorkerStats::default();
+    let attempt = RestoreAttempt {
+        store: &store,
+        backup_id: "job1",
+        job: &job,
+        commit: &commit,
+        target: &target,
+        limiter: &AdaptiveLimit::new(8, 1, 8),
+        target_table: "Dst",
+        task: "r0000-b00000",
+        blob: 0,
+        block: None,
+        lost: CancellationToken::new(),
+        shutdown: CancellationToken::new(),
+        stats: &stats,
+        worker: "w",
+    };
+    let RestoreOutcome::Done(record) = attempt.run().await.unwrap() else {
+        panic!("the attempt finishes");
+    };
+    assert_eq!(
+        (record.written, record.failed),
+        (2, 1),
+        "{:?}",
+        record.failures
+    );
+    assert_eq!(record.failures[0].keys.len(), 1);
+    assert_eq!(record.failures[0].keys[0].rk, "b");
+    assert_eq!(
+        record.failures[0].code.as_deref(),
+        Some("PropertyValueTooLarge")
+    );
+    let lines: Vec<String> = server
+        .seen()
+        .iter()
+        .map(|r| r.request_line.clone())
+        .collect();
+    assert_eq!(lines.len(), 4, "{lines:?}");
+    assert!(lines[0].contains("$batch"), "{lines:?}");
+    for (line, rk) in lines[1..].iter().zip(["a", "b", "c"]) {
+        assert!(
+            line.starts_with("PUT") && line.contains(&format!("RowKey='{rk}'")),
+            "{line}"
+        );
+    }
+}

@@ -32,6 +32,16 @@ pub enum BatchOperation {
 }
 
 impl BatchOperation {
+    /// The entity the operation writes; `None` for a deletion.
+    pub fn into_entity(self) -> Option<Entity> {
+        match self {
+            BatchOperation::Insert(e)
+            | BatchOperation::InsertOrReplace(e)
+            | BatchOperation::InsertOrMerge(e) => Some(e),
+            BatchOperation::Delete { .. } => None,
+        }
+    }
+
     /// The keys the operation touches.
     pub fn keys(&self) -> (&str, &str) {
         match self {

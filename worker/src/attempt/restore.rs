@@ -361,6 +361,17 @@ impl RestoreAttempt<'_> {
                     drop(guard);
                     ops = self.resolve_conflicts(ops, &mut result).await?;
                 }
+                // One entity the service refuses fails its whole change set: the batch's
+                // other entities (up to 99) are written one request each, so only what
+                // the service refuses is left out, each with its own reason.
+                Err(e) if is_batch_specific(&e) && ops.len() > 1 => {
+                    drop(guard);
+                    tracing::warn!(entities = ops.len(), error = %e, "a batch was refused; writing its entities one at a time");
+                    for entity in ops.into_iter().filter_map(BatchOperation::into_entity) {
+                        self.write_single(entity, &mut result, pacer).await?;
+                    }
+                    return Ok(result);
+                }
                 Err(e) if is_batch_specific(&e) => {
                     drop(guard);
                     let keys: Vec<EntityKey> = ops
