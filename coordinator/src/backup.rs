@@ -697,7 +697,7 @@ async fn rebuild_unreadable_manifest(store: &Store, job: &BackupJob, wait: bool)
             Ok(())
         }
         None => Err(Error::Corrupt(format!(
-            "{why}; its commit records do not tile every table, so it cannot be rebuilt"
+            "{why}; it cannot be rebuilt: its commit records do not tile every table, or it is being deleted"
         ))),
     }
 }
