@@ -11,6 +11,7 @@ use tablevault_coordinator::retention::{Count, Span};
 use tablevault_core::format::{Compression, DEFAULT_BLOCK_BYTES};
 use tablevault_core::protocol::{DEFAULT_CONTAINER, DEFAULT_QUEUE, RestoreMode};
 use tablevault_worker::auth::AuthArgs;
+use tablevault_worker::lease::{MAX_VISIBILITY_SECONDS, MIN_VISIBILITY_SECONDS};
 use tablevault_worker::process::{BACKUP, LogFormat};
 use tokio_util::sync::CancellationToken;
 
@@ -271,7 +272,7 @@ pub struct BackupArgs {
     #[arg(long, value_name = "ENTITIES_PER_S", value_parser = clap::value_parser!(u32).range(1..))]
     pub max_rate: Option<u32>,
     /// Seconds a claimed task stays hidden from other workers between extensions.
-    #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(5..=3600))]
+    #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(MIN_VISIBILITY_SECONDS..=MAX_VISIBILITY_SECONDS))]
     pub visibility_timeout: u64,
     #[command(flatten)]
     pub wait_for: WaitArgs,

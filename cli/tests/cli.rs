@@ -64,6 +64,10 @@ fn configuration_errors_exit_2_and_never_echo_the_key() {
 
     let o = tablevault(&["backup", "--compression", "lz4"], &[]);
     assert_eq!(o.status.code(), Some(2));
+    // The same bounds as the worker daemon's (`the_visibility_timeout_has_the_coordinators_bounds`).
+    let o = tablevault(&["backup", "--visibility-timeout", "4"], &[]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(text(&o).contains("5..=3600"), "{}", text(&o));
     let o = tablevault(
         &[
             "status",

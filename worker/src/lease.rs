@@ -19,6 +19,15 @@ use tokio_util::sync::CancellationToken;
 
 use crate::metrics::WorkerMetrics;
 
+/// The fewest seconds a claimed task may stay hidden between extensions, for the
+/// coordinator's in-process workers and the worker daemon alike (the same option, the
+/// same queue: a value one took and the other refused left a pool of daemons that
+/// exited at start while the coordinator waited).
+pub const MIN_VISIBILITY_SECONDS: u64 = 5;
+
+/// The most seconds a claimed task may stay hidden between extensions.
+pub const MAX_VISIBILITY_SECONDS: u64 = 3600;
+
 /// A claimed message, kept invisible to others while work goes on.
 pub struct Lease {
     queue: Arc<dyn TaskQueue>,

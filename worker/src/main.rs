@@ -10,6 +10,7 @@ use tablevault_azure::StorageAccount;
 use tablevault_azure::config::{AccountSetting, FALLBACK_ENV, fallback_configured};
 use tablevault_core::protocol::{DEFAULT_QUEUE, DEFAULT_WORKER_CONCURRENCY};
 use tablevault_worker::auth::AuthArgs;
+use tablevault_worker::lease::{MAX_VISIBILITY_SECONDS, MIN_VISIBILITY_SECONDS};
 use tablevault_worker::process::{BACKUP, SOURCE, TARGET};
 use tablevault_worker::process::{
     LogFormat, init_logging, print_failure, shutdown_on_signal, tune_allocator,
@@ -67,7 +68,7 @@ struct Args {
     #[arg(long, env = "TABLEVAULT_QUEUE", default_value = DEFAULT_QUEUE)]
     queue: String,
     /// Seconds a claimed task stays invisible to other workers between extensions.
-    #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(10..=3600))]
+    #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(MIN_VISIBILITY_SECONDS..=MAX_VISIBILITY_SECONDS))]
     visibility_timeout: u64,
     /// Log format.
     #[arg(long, value_enum, default_value_t = LogFormat::Text)]

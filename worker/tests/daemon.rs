@@ -162,3 +162,35 @@ async fn sigterm_while_storage_is_unreachable_at_start_exits_0_at_once() {
     };
     assert_eq!(status.code(), Some(0));
 }
+
+/// Regression: the daemon refused `--visibility-timeout` values under 10 s that the
+/// coordinator's in-process workers take (5 s up), so a pool started with the value the
+/// coordinator was given exited at start while the coordinator waited for it.
+#[test]
+fn the_visibility_timeout_has_the_coordinators_bounds() {
+    use tablevault_worker::lease::{MAX_VISIBILITY_SECONDS, MIN_VISIBILITY_SECONDS};
+    let run = |seconds: u64| {
+        Command::new(env!("CARGO_BIN_EXE_tablevault-worker"))
+            .args(["--visibility-timeout", &seconds.to_string()])
+            .env_remove("AZURE_STORAGE_CONNECTION_STRING")
+            .env_remove("AZURE_STORAGE_ACCOUNT")
+            .env_remove("TABLEVAULT_BACKUP")
+            .env_remove("TABLEVAULT_SOURCE")
+            .env_remove("TABLEVAULT_TARGET")
+            .output()
+            .unwrap()
+    };
+    let bounds = format!("{MIN_VISIBILITY_SECONDS}..={MAX_VISIBILITY_SECONDS}");
+    let refused = run(MIN_VISIBILITY_SECONDS - 1);
+    let text = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(2), "{text}");
+    assert!(text.contains(&bounds), "{text}");
+    // The least value passes the command line (and stops at the missing account).
+    let taken = run(MIN_VISIBILITY_SECONDS);
+    let text = String::from_utf8_lossy(&taken.stderr);
+    assert!(!text.contains("--visibility-timeout"), "{text}");
+    assert_eq!(
+        MIN_VISIBILITY_SECONDS, 5,
+        "the coordinator's documented least value"
+    );
+}
