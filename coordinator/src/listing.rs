@@ -61,7 +61,7 @@ impl ListEntry {
 }
 
 /// Seconds between two RFC 3339 times, if both parse and are in order.
-fn seconds_between(from: &str, to: &str) -> Option<f64> {
+pub(crate) fn seconds_between(from: &str, to: &str) -> Option<f64> {
     let from = humantime::parse_rfc3339_weak(from).ok()?;
     let to = humantime::parse_rfc3339_weak(to).ok()?;
     Some(to.duration_since(from).ok()?.as_secs_f64())

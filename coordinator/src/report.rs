@@ -174,9 +174,11 @@ pub struct RestoreReport {
     pub failures: Vec<FailureReport>,
     /// Poisoned tasks (for example a corrupt block: nothing from it was written).
     pub poisoned: Vec<PoisonReport>,
-    /// Wall time.
+    /// Wall time: of the command that ran or watched the restore, or, for a look at a
+    /// restore without its final report (`status`, `cancel`), from its start to now, or
+    /// to when it stopped.
     pub duration_seconds: f64,
-    /// Entities written per second.
+    /// Entities written per second over that time.
     pub entities_per_second: f64,
     /// Peak resident memory of this process (Linux).
     pub peak_rss_bytes: Option<u64>,

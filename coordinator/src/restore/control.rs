@@ -68,11 +68,22 @@ pub async fn status(location: &Location, job: &RestoreJob) -> Result<RestoreRepo
     }
     let mut state = RestoreState::new(job.clone());
     state.records.refresh(&store).await?;
-    let status = store
-        .restore_state(&job.backup_id, &job.restore_id)
-        .await?
+    let recorded = store.restore_state(&job.backup_id, &job.restore_id).await?;
+    let status = recorded
+        .as_ref()
         .map_or(JobStatus::Interrupted, |s| s.status);
-    Ok(report(&state, status))
+    let mut r = report(&state, status);
+    // Timed from its start: up to now while it runs, up to its last recorded state once
+    // it stopped (a cancel). A look at it took no time worth reporting, and "written in
+    // 0.0 s (0 entities/s)" said nothing of the restore.
+    let until = match &recorded {
+        Some(s) if s.status.is_final() => s.at.clone(),
+        _ => tablevault_core::protocol::now_rfc3339(),
+    };
+    if let Some(seconds) = crate::listing::seconds_between(&job.created_at, &until) {
+        r.timed(seconds);
+    }
+    Ok(r)
 }
 
 /// `tablevault resume`: carries an interrupted (or orphaned) restore on from what was
