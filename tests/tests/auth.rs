@@ -28,6 +28,15 @@ async fn shared_key_lite_works_for_tables() {
     assert!(t.get_entity(&name, "p", "r").await.unwrap().is_some());
 }
 
+/// A SAS parameter's value percent-encoded, as the portal gives it.
+fn enc(s: &str) -> String {
+    s.replace('+', "%2B")
+        .replace('/', "%2F")
+        .replace('=', "%3D")
+        .replace(':', "%3A")
+        .replace(',', "%2C")
+}
+
 /// An account SAS (version 2020-12-06 layout): `account\nsp\nss\nsrt\nst\nse\nsip\nspr\nsv\nses\n`.
 fn account_sas() -> String {
     let (sp, ss, srt, se, spr, sv) = (
@@ -42,13 +51,6 @@ fn account_sas() -> String {
     let sig = SharedKeyCredential::from_base64(EMULATOR_ACCOUNT, EMULATOR_KEY)
         .unwrap()
         .sign(&sts);
-    let enc = |s: &str| {
-        s.replace('+', "%2B")
-            .replace('/', "%2F")
-            .replace('=', "%3D")
-            .replace(':', "%3A")
-            .replace(',', "%2C")
-    };
     format!(
         "sv={sv}&ss={ss}&srt={srt}&sp={sp}&se={}&spr={}&sig={}",
         enc(se),
@@ -180,12 +182,6 @@ fn table_sas(table: &str, sp: &str) -> String {
     let sig = SharedKeyCredential::from_base64(EMULATOR_ACCOUNT, EMULATOR_KEY)
         .unwrap()
         .sign(&sts);
-    let enc = |s: &str| {
-        s.replace('+', "%2B")
-            .replace('/', "%2F")
-            .replace('=', "%3D")
-            .replace(':', "%3A")
-    };
     format!(
         "sv={sv}&tn={table}&sp={sp}&se={}&sig={}",
         enc(se),

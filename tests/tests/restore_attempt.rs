@@ -85,6 +85,45 @@ fn restore_job(mode: RestoreMode) -> RestoreJob {
     }
 }
 
+/// Runs one restore attempt of `commit`'s first blob, in `mode`, against the scripted
+/// server, to its done record.
+async fn attempt_against(
+    server: &MockServer,
+    store: &Store,
+    commit: &CommitRecord,
+    mode: RestoreMode,
+) -> tablevault_core::protocol::RestoreRecord {
+    let account = StorageAccount::from_connection_string(&format!(
+        "DefaultEndpointsProtocol=http;AccountName=devstoreaccount1;AccountKey={EMULATOR_KEY};\
+         TableEndpoint={}",
+        server.endpoint()
+    ))
+    .unwrap();
+    let target = TableClient::new(&account).unwrap();
+    let job = restore_job(mode);
+    let stats = WorkerStats::default();
+    let attempt = RestoreAttempt {
+        store,
+        backup_id: "job1",
+        job: &job,
+        commit,
+        target: &target,
+        limiter: &AdaptiveLimit::new(8, 1, 8),
+        target_table: "Dst",
+        task: "r0000-b00000",
+        blob: 0,
+        block: None,
+        lost: CancellationToken::new(),
+        shutdown: CancellationToken::new(),
+        stats: &stats,
+        worker: "w",
+    };
+    let RestoreOutcome::Done(record) = attempt.run().await.unwrap() else {
+        panic!("the attempt finishes");
+    };
+    *record
+}
+
 #[tokio::test]
 async fn every_failure_of_a_batch_is_reported_not_only_the_last() {
     let a = Entity::new("p", "a").with("V", EdmValue::Int32(1));
@@ -100,34 +139,7 @@ async fn every_failure_of_a_batch_is_reported_not_only_the_last() {
         batch_failure(400, "PropertyValueTooLarge", 0),
     ])
     .await;
-    let account = StorageAccount::from_connection_string(&format!(
-        "DefaultEndpointsProtocol=http;AccountName=devstoreaccount1;AccountKey={EMULATOR_KEY};\
-         TableEndpoint={}",
-        server.endpoint()
-    ))
-    .unwrap();
-    let target = TableClient::new(&account).unwrap();
-    let job = restore_job(RestoreMode::InsertFail);
-    let stats = WorkerStats::default();
-    let attempt = RestoreAttempt {
-        store: &store,
-        backup_id: "job1",
-        job: &job,
-        commit: &commit,
-        target: &target,
-        limiter: &AdaptiveLimit::new(8, 1, 8),
-        target_table: "Dst",
-        task: "r0000-b00000",
-        blob: 0,
-        block: None,
-        lost: CancellationToken::new(),
-        shutdown: CancellationToken::new(),
-        stats: &stats,
-        worker: "w",
-    };
-    let RestoreOutcome::Done(record) = attempt.run().await.unwrap() else {
-        panic!("the attempt finishes");
-    };
+    let record = attempt_against(&server, &store, &commit, RestoreMode::InsertFail).await;
     assert_eq!(record.failed, 2, "{:?}", record.failures);
     let codes: Vec<_> = record
         .failures
@@ -157,34 +169,7 @@ async fn one_refused_entity_does_not_keep_its_batch_out() {
         Reply::new(204, &[], ""),
     ])
     .await;
-    let account = StorageAccount::from_connection_string(&format!(
-        "DefaultEndpointsProtocol=http;AccountName=devstoreaccount1;AccountKey={EMULATOR_KEY};\
-         TableEndpoint={}",
-        server.endpoint()
-    ))
-    .unwrap();
-    let target = TableClient::new(&account).unwrap();
-    let job = restore_job(RestoreMode::Upsert);
-    let stats = WorkerStats::default();
-    let attempt = RestoreAttempt {
-        store: &store,
-        backup_id: "job1",
-        job: &job,
-        commit: &commit,
-        target: &target,
-        limiter: &AdaptiveLimit::new(8, 1, 8),
-        target_table: "Dst",
-        task: "r0000-b00000",
-        blob: 0,
-        block: None,
-        lost: CancellationToken::new(),
-        shutdown: CancellationToken::new(),
-        stats: &stats,
-        worker: "w",
-    };
-    let RestoreOutcome::Done(record) = attempt.run().await.unwrap() else {
-        panic!("the attempt finishes");
-    };
+    let record = attempt_against(&server, &store, &commit, RestoreMode::Upsert).await;
     assert_eq!(
         (record.written, record.failed),
         (2, 1),
