@@ -387,7 +387,7 @@ async fn prune(a: PruneArgs, shutdown: &CancellationToken) -> Result<RetentionRe
         abandoned_after: a.retention.abandoned_after,
         source_account: a.source_account,
         dry_run: a.retention.dry_run,
-        now: tablevault_coordinator::retention::now(),
+        now: tablevault_coordinator::retention::service_now(&store).await?,
     };
     tablevault_coordinator::retention::prune(&store, &req).await
 }
@@ -398,7 +398,7 @@ async fn forget(a: ForgetArgs, shutdown: &CancellationToken) -> Result<Retention
         ids: a.ids,
         abandoned_after: a.retention.abandoned_after,
         dry_run: a.retention.dry_run,
-        now: tablevault_coordinator::retention::now(),
+        now: tablevault_coordinator::retention::service_now(&store).await?,
     };
     tablevault_coordinator::retention::forget(&store, &req).await
 }

@@ -74,9 +74,11 @@ pub fn error_code(e: &Error) -> ExitCode {
         Error::Storage(s) if matches!(s.status(), Some(401 | 403)) => ExitCode::Usage,
         // A damaged backup file: retrying will not mend it.
         Error::Corrupt(_) => ExitCode::Mismatch,
-        Error::Storage(_) | Error::Internal(_) | Error::Stalled(_) | Error::Step { .. } => {
-            ExitCode::Failed
-        }
+        Error::Storage(_)
+        | Error::Internal(_)
+        | Error::Stalled(_)
+        | Error::Removed(_)
+        | Error::Step { .. } => ExitCode::Failed,
     }
 }
 

@@ -28,7 +28,7 @@ use crate::report::{BackupReport, PoisonReport, TableReport, peak_rss_bytes};
 use crate::state::{JobState, load_job};
 use crate::watch::{Snapshot, WatchOptions, Watched, watch as watch_job};
 use crate::{Error, Result};
-use tablevault_core::job::finalize::{finalize, rebuild_manifest, settle_backup};
+use tablevault_core::job::finalize::{being_removed, finalize, rebuild_manifest, settle_backup};
 
 /// Most tasks a large table is planned into from its last backup: four per in-process
 /// worker (at least 8) so no worker waits on a straggler for long and no planned task
@@ -537,9 +537,17 @@ pub async fn watch(
     let state = w.state;
     let mut report = report_from_state(&state, location, status);
     if status == JobStatus::Complete {
-        let manifest = finalize(&store, &state)
-            .await?
-            .ok_or_else(|| Error::Internal("finalize called on an incomplete backup".into()))?;
+        let Some(manifest) = finalize(&store, &state).await? else {
+            if being_removed(&store, &BackupPaths::new(&id)).await? {
+                return Err(Error::Removed(format!(
+                    "backup {id} was removed while it ran (a prune or forget judged it \
+                     abandoned); it has no manifest and cannot be restored: take a new backup"
+                )));
+            }
+            return Err(Error::Internal(
+                "finalize called on an incomplete backup".into(),
+            ));
+        };
         report.entities = manifest.entities;
         report.raw_bytes = manifest.raw_bytes;
         report.stored_bytes = manifest.stored_bytes;

@@ -34,6 +34,10 @@ pub enum Error {
     /// message says what to start and how to carry on.
     #[error("{0}")]
     Stalled(String),
+    /// The job was removed (by `prune` or `forget`) while it ran: nothing of it can be
+    /// used, and carrying it on cannot help.
+    #[error("{0}")]
+    Removed(String),
     /// The job reached a state the protocol does not allow (a bug).
     #[error("internal error: {0}")]
     Internal(String),
@@ -55,7 +59,11 @@ impl From<StoreError> for Error {
 pub fn carry_on_hint(e: Error, job: &str, command: &str) -> Error {
     match e {
         // These say what to do already (a stalled job names its resume command).
-        Error::Step { .. } | Error::Invalid(_) | Error::Config(_) | Error::Stalled(_) => e,
+        Error::Step { .. }
+        | Error::Invalid(_)
+        | Error::Config(_)
+        | Error::Stalled(_)
+        | Error::Removed(_) => e,
         e => e.in_step(format!("{job} (carry it on with `tablevault {command}`)")),
     }
 }

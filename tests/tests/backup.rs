@@ -1445,3 +1445,31 @@ async fn status_wait_rebuilds_an_unreadable_manifest_from_the_commit_records() {
     );
     assert!(load_manifest(&blobs, &id).await.is_err(), "left as it was");
 }
+
+/// Regression: a backup that a prune removed while it ran (its clock ahead judged it
+/// abandoned) was finalized by its own coordinator from the state it held: it reported
+/// `complete`, exit 0, and left a manifest over data blobs the deletion had taken. A
+/// backup being removed now gets no manifest, and the watch says it was removed (exit 1).
+#[tokio::test]
+async fn a_backup_removed_while_it_runs_is_not_reported_complete() {
+    let Setup { env, table, t, .. } = numbered("removed", 2, 50).await;
+    let req = backup_of(&env.account, &table);
+    let job = plan(&req, &t).await.unwrap();
+    enqueue(&t, &job, None).await.unwrap();
+    let blobs = store(&t);
+    let paths = BackupPaths::new(&job.backup_id);
+    // The deletion has begun: its marker is down.
+    blobs.mark(&paths.deleting(), "pruned").await.unwrap();
+    let e = watch(&t, job.clone(), &watch_opts(1, &env.account))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(e.root(), tablevault_coordinator::Error::Removed(_)),
+        "{e}"
+    );
+    assert_eq!(
+        tablevault_cli::exit::error_code(&e),
+        tablevault_cli::exit::ExitCode::Failed
+    );
+    assert!(!blobs.exists(&paths.manifest()).await.unwrap());
+}

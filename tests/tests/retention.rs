@@ -67,7 +67,10 @@ fn sorted(mut v: Vec<String>) -> Vec<String> {
 async fn prune_keeps_what_the_policy_and_the_protections_say_and_removes_the_rest() {
     let s = numbered("ret", 2, 20).await;
     let blobs = store(&s.t);
-    let now = retention::now();
+    // The prune runs nine days from now: the service dates every blob written here
+    // now, and an unfinished backup's last write by the service's clock counts as
+    // activity, whatever times its records hold.
+    let now = retention::now() + 9 * DAY;
     let today = now.div_euclid(DAY) * DAY;
     // Five complete backups: yesterday, two on the day before (10:00 and 11:00), 5 and 10
     // days ago.
@@ -376,5 +379,86 @@ async fn workers_drop_queued_tasks_of_a_removed_backup() {
     assert!(
         blobs.list_names("").await.unwrap().is_empty(),
         "nothing was written for the removed backup"
+    );
+}
+
+/// Regression: retention judged "abandoned" by this machine's clock and by the times
+/// written inside the records (their writers' clocks). A prune on a machine two hours
+/// ahead, with `--abandoned-after 1h`, deleted a running backup under its coordinator;
+/// so did a correct prune of a backup whose workers' clocks ran behind. Now is the
+/// service's (`service_now`, from a listing's `Date`), and the service's last write
+/// under the backup counts as activity.
+#[tokio::test]
+async fn a_running_backup_is_not_abandoned_by_a_skewed_clock() {
+    let s = numbered("skew", 2, 20).await;
+    let blobs = store(&s.t);
+    // Written by a worker whose clock is a day behind.
+    let job = plan(&backup_of(&s.env.account, &s.table), &s.t)
+        .await
+        .unwrap();
+    let p = BackupPaths::new(&job.backup_id);
+    let behind = retention::now() - DAY;
+    started_at(&blobs, &job.backup_id, behind).await;
+    let hb = serde_json::json!({ "worker": "w/1", "at": rfc3339(behind) });
+    blobs
+        .overwrite(&format!("{}w_1", p.heartbeats_root()), &hb)
+        .await
+        .unwrap();
+
+    let now = retention::service_now(&blobs).await.unwrap();
+    assert!(
+        (now - retention::now()).abs() < 60,
+        "Azurite runs on this machine's clock"
+    );
+    let req = PruneRequest {
+        policy: KeepPolicy {
+            last: Count::Last(1),
+            ..Default::default()
+        },
+        abandoned_after: "1h".parse().unwrap(),
+        source_account: None,
+        dry_run: false,
+        now,
+    };
+    let pruned = retention::prune(&blobs, &req).await.unwrap();
+    assert!(pruned.removed.is_empty(), "{:?}", pruned.removed);
+    assert!(blobs.exists(&p.job()).await.unwrap());
+    // Two days on by the service's clock, it is abandoned.
+    let later = PruneRequest {
+        now: now + 2 * DAY,
+        ..req
+    };
+    let pruned = retention::prune(&blobs, &later).await.unwrap();
+    assert_eq!(ids(&pruned.removed), [job.backup_id.clone()]);
+}
+
+/// The service's clock is read from a listing's `Date` header, whatever this machine's
+/// says (a scripted endpoint two years ahead).
+#[tokio::test]
+async fn retention_goes_by_the_service_clock() {
+    use tablevault_tests::mock_server::{MockServer, Reply};
+    let listing = r#"<?xml version="1.0" encoding="utf-8"?><EnumerationResults ContainerName="c"><Blobs /><NextMarker /></EnumerationResults>"#;
+    let server = MockServer::start(vec![Reply::new(
+        200,
+        &[
+            ("Content-Type", "application/xml"),
+            ("Date", "Tue, 01 Jan 2030 00:00:00 GMT"),
+        ],
+        listing,
+    )])
+    .await;
+    let account = StorageAccount::from_connection_string(&format!(
+        "DefaultEndpointsProtocol=http;AccountName=devstoreaccount1;AccountKey={};BlobEndpoint={}",
+        tablevault_azure::config::EMULATOR_KEY,
+        server.endpoint()
+    ))
+    .unwrap();
+    let store = Store::new(Arc::new(
+        tablevault_azure::blob::BlobClient::new(&account, "clock").unwrap(),
+    ));
+    assert_eq!(
+        retention::service_now(&store).await.unwrap(),
+        1_893_456_000,
+        "2030-01-01T00:00:00Z"
     );
 }

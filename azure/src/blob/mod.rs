@@ -60,6 +60,8 @@ pub struct BlobItem {
     pub etag: String,
     /// Metadata, names lower-cased (only when requested).
     pub metadata: BTreeMap<String, String>,
+    /// When it was last written, by the service's clock (`None` when not known).
+    pub last_modified: Option<std::time::SystemTime>,
 }
 
 /// One page of a listing.
@@ -71,6 +73,10 @@ pub struct ListPage {
     pub prefixes: Vec<String>,
     /// Marker for the next page.
     pub next_marker: Option<String>,
+    /// The service's time when it answered (its `Date` header; the first page's, for a
+    /// whole listing): a clock to judge blobs' times by that does not depend on this
+    /// machine's.
+    pub service_time: Option<std::time::SystemTime>,
 }
 
 /// A listing request.
@@ -397,7 +403,11 @@ impl BlobClient {
             req = req.query("marker", m);
         }
         let resp = self.svc.send(req).await?;
-        parse_list(OP, &resp.body)
+        let mut page = parse_list(OP, &resp.body)?;
+        page.service_time = resp
+            .header("date")
+            .and_then(|d| httpdate::parse_http_date(d).ok());
+        Ok(page)
     }
 
     /// Every blob and prefix of a listing, following markers.
@@ -406,6 +416,7 @@ impl BlobClient {
         let mut marker: Option<String> = None;
         loop {
             let page = self.list_page(options, marker.as_deref()).await?;
+            all.service_time = all.service_time.or(page.service_time);
             all.blobs.extend(page.blobs);
             all.prefixes.extend(page.prefixes);
             match page.next_marker {

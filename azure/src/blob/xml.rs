@@ -48,6 +48,7 @@ pub(super) fn parse_list(op: &'static str, body: &[u8]) -> Result<ListPage> {
                             content_length: 0,
                             etag: String::new(),
                             metadata: BTreeMap::new(),
+                            last_modified: None,
                         });
                         path.push(name);
                     }
@@ -61,6 +62,12 @@ pub(super) fn parse_list(op: &'static str, body: &[u8]) -> Result<ListPage> {
                         let t = read_text(&mut reader, op)?;
                         if let Some(c) = current.as_mut() {
                             c.etag = t;
+                        }
+                    }
+                    (Some(b"Properties"), b"Last-Modified") => {
+                        let t = read_text(&mut reader, op)?;
+                        if let Some(c) = current.as_mut() {
+                            c.last_modified = httpdate::parse_http_date(t.trim()).ok();
                         }
                     }
                     (Some(b"Properties"), b"Content-Length") => {

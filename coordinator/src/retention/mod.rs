@@ -260,12 +260,45 @@ async fn carry_out(
     })
 }
 
-/// Now, in Unix seconds.
+/// Now, in Unix seconds, by this machine's clock.
 pub fn now() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs() as i64)
 }
+
+/// Now by the storage service's clock (the `Date` of a listing of the container), which
+/// the times retention weighs are written by, so that a machine whose clock runs ahead
+/// does not judge a running backup abandoned (a prune two hours ahead deleted one under
+/// its coordinator). This machine's clock where the service gives none.
+pub async fn service_now(store: &Store) -> Result<i64> {
+    let local = now();
+    let listing = match store.blobs().list(CLOCK_PROBE, None).await {
+        Ok(listing) => listing,
+        Err(e) if e.status() == Some(404) => return Ok(local),
+        Err(e) => {
+            return Err(crate::Error::from(
+                tablevault_core::store::StoreError::from(e),
+            ));
+        }
+    };
+    let Some(service) = listing.service_time.and_then(survey::unix_seconds) else {
+        return Ok(local);
+    };
+    if (service - local).abs() > CLOCK_SKEW_NOTED {
+        tracing::warn!(
+            skew_seconds = local - service,
+            "this machine's clock is off the storage service's; retention goes by the service's"
+        );
+    }
+    Ok(service)
+}
+
+/// A prefix no blob has: listing it costs one request and returns the service's time.
+const CLOCK_PROBE: &str = "~clock/";
+
+/// Seconds of difference from the service's clock worth a warning.
+const CLOCK_SKEW_NOTED: i64 = 120;
 
 #[cfg(test)]
 mod tests;

@@ -205,12 +205,27 @@ struct When {
 /// The newest time any heartbeat, commit record or poison record of the backup names.
 async fn activity(store: &Store, paths: &BackupPaths, started: i64) -> Result<i64> {
     let mut names = Vec::new();
+    // When the service last saw a write under the backup, by its own clock: the times
+    // inside the records are their writers' clocks, and a worker whose clock is behind
+    // made a running backup look idle for as long as it was behind.
+    let mut newest = started;
     for root in [
         paths.heartbeats_root(),
         paths.commits_root(),
         paths.poison_root(),
     ] {
-        names.extend(store.list_names(&root).await?);
+        let listing = store.blobs().list(&root, None).await?;
+        for b in listing.blobs {
+            if let Some(t) = b.last_modified.and_then(unix_seconds) {
+                newest = newest.max(t);
+            }
+            names.push(b.name);
+        }
+    }
+    // The plan and the enqueued marker: a backup being planned has written nothing else.
+    let top = store.blobs().list(&paths.root(), Some("/")).await?;
+    for t in top.blobs.iter().filter_map(|b| b.last_modified) {
+        newest = newest.max(unix_seconds(t).unwrap_or(i64::MIN));
     }
     let times: Vec<Result<Option<i64>, StoreError>> = futures::stream::iter(names)
         .map(|name| async move {
@@ -224,11 +239,17 @@ async fn activity(store: &Store, paths: &BackupPaths, started: i64) -> Result<i6
         .buffer_unordered(16)
         .collect()
         .await;
-    let mut newest = started;
     for t in times {
         newest = newest.max(t?.unwrap_or(i64::MIN));
     }
     Ok(newest)
+}
+
+/// Seconds since the Unix epoch.
+pub(crate) fn unix_seconds(t: std::time::SystemTime) -> Option<i64> {
+    t.duration_since(std::time::UNIX_EPOCH)
+        .ok()
+        .map(|d| d.as_secs() as i64)
 }
 
 /// The restores of a backup that still read it: `in-progress` or `interrupted` (it can

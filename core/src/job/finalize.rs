@@ -79,6 +79,13 @@ pub async fn finalize(store: &Store, state: &BackupState) -> Result<Option<Manif
     let Some(manifest) = build_manifest(state) else {
         return Ok(None);
     };
+    // A backup a prune or forget is removing (its marker, or its plan gone) never gets a
+    // manifest: a coordinator that watched it to the end finalized from what it held and
+    // reported complete a backup whose data was being deleted under it. Checked again
+    // after the write, for a deletion that began meanwhile.
+    if being_removed(store, &paths).await? {
+        return Ok(None);
+    }
     let manifest = match store
         .create(&paths.manifest(), &manifest, manifest_metadata(&manifest))
         .await?
@@ -91,8 +98,17 @@ pub async fn finalize(store: &Store, state: &BackupState) -> Result<Option<Manif
             StoreError::Corrupt(format!("the manifest of {id} vanished while finalizing"))
         })?,
     };
+    if being_removed(store, &paths).await? {
+        store.delete(&paths.manifest()).await?;
+        return Ok(None);
+    }
     collect_garbage(store, &paths, &manifest, state).await?;
     Ok(Some(manifest))
+}
+
+/// Whether a backup is being removed: its deletion marker is there, or its plan is gone.
+pub async fn being_removed(store: &Store, paths: &BackupPaths) -> Result<bool> {
+    Ok(store.exists(&paths.deleting()).await? || !store.exists(&paths.job()).await?)
 }
 
 /// The blob metadata a manifest is written with (seen in listings without a read).
@@ -135,7 +151,7 @@ pub fn missing_or_short<'a>(
 /// data blob the records name is missing or short.
 pub async fn rebuild_manifest(store: &Store, job: &BackupJob) -> Result<Option<Manifest>> {
     let paths = BackupPaths::new(&job.backup_id);
-    if store.exists(&paths.deleting()).await? {
+    if being_removed(store, &paths).await? {
         return Ok(None);
     }
     let mut state = BackupState::new(job.clone());
@@ -240,12 +256,9 @@ pub async fn settle_backup(store: &Store, job: &BackupJob) -> Result<Option<Mani
     if !listing_says_tiled(store, job).await? {
         return Ok(None);
     }
-    // A backup being deleted (or whose plan is gone) is never finalized: records left by
-    // an attempt that raced the deletion must not make it look complete.
-    let paths = BackupPaths::new(&job.backup_id);
-    if store.exists(&paths.deleting()).await? || !store.exists(&paths.job()).await? {
-        return Ok(None);
-    }
+    // A backup being deleted (or whose plan is gone) is never finalized ([`finalize`]
+    // checks): records left by an attempt that raced the deletion must not make it look
+    // complete.
     let mut state = BackupState::new(job.clone());
     state.refresh(store).await?;
     finalize(store, &state).await
