@@ -243,6 +243,15 @@ impl MemoryBlobs {
         if options.if_exists && !blobs.contains_key(name) {
             return Err(service("Put Blob", 412, "ConditionNotMet"));
         }
+        if let Some(etag) = &options.if_match {
+            match blobs.get(name) {
+                None => return Err(service("Put Blob", 404, "BlobNotFound")),
+                Some(b) if format!("\"{}\"", b.etag) != *etag => {
+                    return Err(service("Put Blob", 412, "ConditionNotMet"));
+                }
+                Some(_) => {}
+            }
+        }
         let etag = blobs.values().map(|b| b.etag).max().unwrap_or(0) + 1;
         blobs.insert(
             name.to_string(),

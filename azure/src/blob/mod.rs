@@ -26,6 +26,9 @@ pub struct PutOptions {
     pub if_none_match: bool,
     /// Replace only: fail with `412` (or `404`) if the blob does not exist (`If-Match: *`).
     pub if_exists: bool,
+    /// Replace only the version with this ETag: fail with `412` if it changed, `404` if
+    /// it is gone (`If-Match: ETAG`).
+    pub if_match: Option<String>,
 }
 
 impl PutOptions {
@@ -435,7 +438,9 @@ fn apply_put_options(
     if options.if_none_match {
         req = req.header("if-none-match", "*");
     }
-    if options.if_exists {
+    if let Some(etag) = &options.if_match {
+        req = req.header("if-match", etag);
+    } else if options.if_exists {
         req = req.header("if-match", "*");
     }
     if let Some(ct) = &options.content_type {

@@ -12,7 +12,10 @@ use tablevault_core::protocol::{
 use tablevault_core::store::{BackupPaths, Store};
 
 use super::watch::{report, watch};
-use super::{all_tasks, load_complete_manifest, refuse_if_deleting, set_state, table_pairs};
+use super::{
+    all_tasks, load_complete_manifest, refuse_if_deleting, set_state, set_state_unless_cancelled,
+    table_pairs,
+};
 use crate::location::Location;
 use crate::report::RestoreReport;
 use crate::state::RestoreState;
@@ -161,7 +164,14 @@ pub async fn resume(
         .filter(|t| !done.contains(&paths.restore_done(restore_id, &t.table, &t.task)))
         .collect();
     tracing::info!(tasks = left.len(), "resuming the restore");
-    set_state(&store, &job, JobStatus::InProgress, None).await?;
+    // Only over a state that is not `cancelled`: a cancel that landed since the check
+    // above stays, and nothing is enqueued.
+    if !set_state_unless_cancelled(&store, &job, JobStatus::InProgress, None).await? {
+        return Err(Error::invalid(format!(
+            "restore {restore_id} was cancelled while it was being resumed; start a new restore of backup {}",
+            job.backup_id
+        )));
+    }
     refuse_if_deleting(&store, &job).await?;
     location.create_queues().await?;
     let queue = location.task_queue()?;

@@ -388,6 +388,20 @@ async fn set_state(
         .await?)
 }
 
+/// Records a restore's state unless it was cancelled meanwhile (a cancel is final);
+/// `false` when it was.
+async fn set_state_unless_cancelled(
+    store: &Store,
+    job: &RestoreJob,
+    status: JobStatus,
+    note: Option<String>,
+) -> Result<bool> {
+    let state = RestoreStateRecord::now(status, note);
+    Ok(store
+        .set_restore_state_unless_cancelled(&job.backup_id, &job.restore_id, &state)
+        .await?)
+}
+
 /// `(backup table, target table)` of each table a restore writes.
 fn table_pairs(job: &RestoreJob) -> Vec<(String, String)> {
     job.tables

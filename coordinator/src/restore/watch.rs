@@ -10,7 +10,7 @@ use tablevault_core::stats::WorkerStats;
 use tablevault_core::store::{BackupPaths, Store};
 
 use super::check::finish_writing;
-use super::set_state;
+use super::set_state_unless_cancelled;
 use crate::Result;
 use crate::location::Location;
 use crate::report::{
@@ -195,14 +195,8 @@ pub async fn watch(
     }
     report.timed(started.elapsed().as_secs_f64());
     // A cancel that came in meanwhile stands.
-    let cancelled = matches!(
-        store.restore_state(&job.backup_id, &job.restore_id).await?,
-        Some(s) if s.status == JobStatus::Cancelled
-    );
-    if cancelled {
+    if !set_state_unless_cancelled(&store, job, report.status, None).await? {
         report.status = JobStatus::Cancelled;
-    } else {
-        set_state(&store, job, report.status, None).await?;
     }
     let path = BackupPaths::new(&job.backup_id).restore_report(&job.restore_id);
     if let Err(e) = store.overwrite(&path, &report).await {
@@ -226,7 +220,7 @@ async fn record_interrupted(location: &Location, job: &RestoreJob) {
         "resume with `tablevault resume {}`",
         job.restore_id
     ));
-    if let Err(e) = set_state(&store, job, JobStatus::Interrupted, note).await {
+    if let Err(e) = set_state_unless_cancelled(&store, job, JobStatus::Interrupted, note).await {
         tracing::warn!(error = %e, "could not record that the restore was interrupted");
     }
 }

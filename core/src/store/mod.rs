@@ -26,7 +26,7 @@ pub use written::remember_from_now as remember_created_records;
 
 use crate::format::{Compression, DecodedBlock};
 use crate::protocol::{
-    BackupJob, BlockRecord, CommitRecord, Manifest, RestoreJob, RestoreStateRecord,
+    BackupJob, BlockRecord, CommitRecord, JobStatus, Manifest, RestoreJob, RestoreStateRecord,
 };
 
 /// Why something under a backup could not be read or written.
@@ -123,7 +123,7 @@ impl Store {
             metadata,
             content_type: Some("application/json".into()),
             if_none_match: true,
-            if_exists: false,
+            ..PutOptions::default()
         };
         let body = json(value);
         let err = match self.blobs.put_blob(path, body.clone(), &options).await {
@@ -344,6 +344,44 @@ impl Store {
             .await
     }
 
+    /// Records where a restore stands, unless it was cancelled: a cancel is final, and a
+    /// `resume` (or a watch) that read the state before a cancel landed wrote over it, so
+    /// the restore went on writing after `cancel` said it was cancelled. Returns `false`,
+    /// writing nothing, when the recorded state is `cancelled`.
+    pub async fn set_restore_state_unless_cancelled(
+        &self,
+        backup: &str,
+        restore: &str,
+        state: &RestoreStateRecord,
+    ) -> Result<bool> {
+        let path = BackupPaths::new(backup).restore_state(restore);
+        let mut tries = 0;
+        loop {
+            tries += 1;
+            let etag = self.blobs.properties(&path).await?.map(|p| p.etag);
+            let current: Option<RestoreStateRecord> = match &etag {
+                Some(_) => self.read(&path).await?,
+                None => None,
+            };
+            if current.is_some_and(|c| c.status == JobStatus::Cancelled) {
+                return Ok(false);
+            }
+            let options = PutOptions {
+                content_type: Some("application/json".into()),
+                if_none_match: etag.is_none(),
+                if_match: etag,
+                ..PutOptions::default()
+            };
+            match self.blobs.put_blob(&path, json(state), &options).await {
+                Ok(_) => return Ok(true),
+                // Written (or removed) meanwhile: look again.
+                Err(e) if matches!(e.status(), Some(409 | 412)) && tries < 10 => continue,
+                Err(e) if e.has_code("BlobNotFound") && tries < 10 => continue,
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+
     /// Records where a restore stands.
     pub async fn set_restore_state(
         &self,
@@ -420,6 +458,111 @@ mod tests {
     fn store() -> (Arc<MemoryBlobs>, Store) {
         let blobs = Arc::new(MemoryBlobs::new("c"));
         (blobs.clone(), Store::new(blobs))
+    }
+
+    /// Blobs where a cancel lands on a restore's state between the reading of it and
+    /// the conditional write over it.
+    struct CancelInBetween {
+        inner: Arc<MemoryBlobs>,
+        fired: std::sync::atomic::AtomicBool,
+    }
+
+    #[async_trait::async_trait]
+    impl BlobStorage for CancelInBetween {
+        fn container(&self) -> &str {
+            self.inner.container()
+        }
+        async fn create_container(&self) -> tablevault_azure::Result<bool> {
+            self.inner.create_container().await
+        }
+        async fn put_block(&self, b: &str, id: &str, d: Bytes) -> tablevault_azure::Result<()> {
+            self.inner.put_block(b, id, d).await
+        }
+        async fn put_block_list(
+            &self,
+            b: &str,
+            ids: &[String],
+            o: &PutOptions,
+        ) -> tablevault_azure::Result<String> {
+            self.inner.put_block_list(b, ids, o).await
+        }
+        async fn put_blob(
+            &self,
+            b: &str,
+            d: Bytes,
+            o: &PutOptions,
+        ) -> tablevault_azure::Result<String> {
+            if o.if_match.is_some() && !self.fired.swap(true, std::sync::atomic::Ordering::SeqCst) {
+                let cancelled = RestoreStateRecord::now(JobStatus::Cancelled, None);
+                self.inner.tamper(b, json(&cancelled));
+            }
+            self.inner.put_blob(b, d, o).await
+        }
+        async fn get(&self, b: &str) -> tablevault_azure::Result<Option<Bytes>> {
+            self.inner.get(b).await
+        }
+        async fn get_range(&self, b: &str, o: u64, l: u64) -> tablevault_azure::Result<Bytes> {
+            self.inner.get_range(b, o, l).await
+        }
+        async fn properties(
+            &self,
+            b: &str,
+        ) -> tablevault_azure::Result<Option<tablevault_azure::blob::BlobProperties>> {
+            self.inner.properties(b).await
+        }
+        async fn delete(&self, b: &str) -> tablevault_azure::Result<bool> {
+            self.inner.delete(b).await
+        }
+        async fn delete_if_match(&self, b: &str, e: &str) -> tablevault_azure::Result<bool> {
+            self.inner.delete_if_match(b, e).await
+        }
+        async fn list(
+            &self,
+            p: &str,
+            d: Option<&str>,
+        ) -> tablevault_azure::Result<tablevault_azure::blob::ListPage> {
+            self.inner.list(p, d).await
+        }
+    }
+
+    /// Regression: `resume` read a restore's state, and a `cancel` landed before it wrote
+    /// `in-progress` over it: `cancel` said cancelled (exit 0), and the restore went on
+    /// to write everything. A state is now written over only the version read, and
+    /// never over `cancelled`.
+    #[tokio::test]
+    async fn a_cancel_is_never_written_over() {
+        let inner = Arc::new(MemoryBlobs::new("c"));
+        let store = Store::new(Arc::new(CancelInBetween {
+            inner: inner.clone(),
+            fired: Default::default(),
+        }));
+        let live = |s| RestoreStateRecord::now(s, None);
+        let state = |store: Store| async move {
+            store.restore_state("b", "r").await.unwrap().unwrap().status
+        };
+        // No state yet: written.
+        assert!(
+            store
+                .set_restore_state_unless_cancelled("b", "r", &live(JobStatus::Interrupted))
+                .await
+                .unwrap()
+        );
+        // A cancel lands between the read and the write: the write loses, and says so.
+        assert!(
+            !store
+                .set_restore_state_unless_cancelled("b", "r", &live(JobStatus::InProgress))
+                .await
+                .unwrap()
+        );
+        assert_eq!(state(store.clone()).await, JobStatus::Cancelled);
+        // Over a cancelled state, nothing is written.
+        assert!(
+            !store
+                .set_restore_state_unless_cancelled("b", "r", &live(JobStatus::Complete))
+                .await
+                .unwrap()
+        );
+        assert_eq!(state(store.clone()).await, JobStatus::Cancelled);
     }
 
     #[tokio::test]

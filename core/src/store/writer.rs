@@ -149,8 +149,7 @@ impl BlockWriter {
                 ("tvblocks".into(), ids.len().to_string()),
             ],
             content_type: Some("application/vnd.tablevault.blocks".into()),
-            if_none_match: false,
-            if_exists: false,
+            ..PutOptions::default()
         };
         match self.held.take() {
             Some((_, data)) => self.blobs.put_blob(&name, data, &options).await?,
