@@ -429,7 +429,7 @@ async fn a_running_backup_is_not_abandoned_by_a_skewed_clock() {
         ..req
     };
     let pruned = retention::prune(&blobs, &later).await.unwrap();
-    assert_eq!(ids(&pruned.removed), [job.backup_id.clone()]);
+    assert_eq!(ids(&pruned.removed), [job.backup_id.as_str()]);
 }
 
 /// The service's clock is read from a listing's `Date` header, whatever this machine's
