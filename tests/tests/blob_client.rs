@@ -31,7 +31,7 @@ async fn a_blob_of_several_blocks_reads_back_block_by_block() {
         ],
         content_type: Some("application/xml".into()),
         if_none_match: true,
-        if_exists: false,
+        ..Default::default()
     };
     c.put_block_list(name, &ids, &opts).await.unwrap();
     let err = c.put_block_list(name, &ids, &opts).await.unwrap_err();
@@ -206,5 +206,40 @@ async fn replace_only_writes_never_create_and_listings_show_the_written_etag() {
     assert_eq!(
         c.get_if_exists("here").await.unwrap().as_deref(),
         Some(&b"2"[..])
+    );
+    // Only over the version read (If-Match: ETAG): a stale ETag is refused, the current
+    // one writes; listings carry the service's write time and clock.
+    let stale = tablevault_azure::blob::PutOptions {
+        if_match: Some(written.clone()),
+        ..Default::default()
+    };
+    let err = c
+        .put_blob("here", Bytes::from_static(b"3"), &stale)
+        .await
+        .unwrap_err();
+    assert_eq!(err.status(), Some(412), "{err}");
+    let current = c.properties("here").await.unwrap().unwrap().etag;
+    let fresh = tablevault_azure::blob::PutOptions {
+        if_match: Some(current),
+        ..Default::default()
+    };
+    c.put_blob("here", Bytes::from_static(b"3"), &fresh)
+        .await
+        .unwrap();
+    let page = c.list_all(&Default::default()).await.unwrap();
+    let now = std::time::SystemTime::now();
+    let near = |t: Option<std::time::SystemTime>| {
+        t.is_some_and(|t| {
+            now.duration_since(t)
+                .or_else(|e| Ok::<_, ()>(e.duration()))
+                .unwrap()
+                < std::time::Duration::from_secs(60)
+        })
+    };
+    assert!(near(page.service_time), "{:?}", page.service_time);
+    assert!(
+        near(page.blobs[0].last_modified),
+        "{:?}",
+        page.blobs[0].last_modified
     );
 }
