@@ -354,6 +354,7 @@ impl BlobStorage for MemoryBlobs {
                 content_length: b.data.len() as u64,
                 etag: format!("\"{}\"", b.etag),
                 metadata: b.metadata.clone(),
+                last_modified: None,
             });
         then(Ok(props), after)
     }

@@ -462,3 +462,56 @@ async fn retention_goes_by_the_service_clock() {
         "2030-01-01T00:00:00Z"
     );
 }
+
+/// Regression: backups are ranked by when they were planned, by their coordinator's
+/// clock. A coordinator ten minutes slow planned the newer of two backups under the older
+/// time, and `--keep-last 1` removed it, the only backup of the table's current state.
+/// The newest complete backup by the service's clock (its manifest's write) stays too.
+#[tokio::test]
+async fn the_newest_backup_by_the_service_clock_stays() {
+    let s = numbered("order", 2, 20).await;
+    let blobs = store(&s.t);
+    let older = run_backup(
+        &backup_of(&s.env.account, &s.table),
+        &s.t,
+        &watch_opts(1, &s.env.account),
+    )
+    .await
+    .unwrap()
+    .backup_id;
+    // Manifests a second apart at least, as the service dates them.
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let newer = run_backup(
+        &backup_of(&s.env.account, &s.table),
+        &s.t,
+        &watch_opts(1, &s.env.account),
+    )
+    .await
+    .unwrap()
+    .backup_id;
+    // The newer one's coordinator was ten minutes slow.
+    let slow = retention::now() - 600;
+    let p = BackupPaths::new(&newer);
+    let mut job: BackupJob = blobs.read(&p.job()).await.unwrap().unwrap();
+    job.created_at = rfc3339(slow);
+    blobs.overwrite(&p.job(), &job).await.unwrap();
+
+    let req = PruneRequest {
+        policy: KeepPolicy {
+            last: Count::Last(1),
+            ..Default::default()
+        },
+        abandoned_after: "7d".parse().unwrap(),
+        source_account: None,
+        dry_run: true,
+        now: retention::service_now(&blobs).await.unwrap(),
+    };
+    let pruned = retention::prune(&blobs, &req).await.unwrap();
+    assert!(pruned.removed.is_empty(), "{:?}", pruned.removed);
+    let kept = pruned.kept.iter().find(|d| d.id == newer).unwrap();
+    assert!(
+        kept.reasons.iter().any(|r| r.contains("newest complete")),
+        "{kept:?}"
+    );
+    assert!(pruned.kept.iter().any(|d| d.id == older));
+}

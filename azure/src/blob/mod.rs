@@ -50,6 +50,8 @@ pub struct BlobProperties {
     pub etag: String,
     /// Metadata, names lower-cased.
     pub metadata: BTreeMap<String, String>,
+    /// When it was last written, by the service's clock (`None` when not known).
+    pub last_modified: Option<std::time::SystemTime>,
 }
 
 /// One blob in a listing.
@@ -336,6 +338,9 @@ impl BlobClient {
         let req = Request::new(OP, Method::HEAD, self.blob_path(OP, blob)?);
         match self.svc.send(req).await {
             Ok(resp) => Ok(Some(BlobProperties {
+                last_modified: resp
+                    .header("last-modified")
+                    .and_then(|d| httpdate::parse_http_date(d).ok()),
                 content_length: resp
                     .header("content-length")
                     .and_then(|v| v.parse().ok())

@@ -27,24 +27,47 @@ fn account(b: &Surveyed) -> (Option<&str>, Option<&str>) {
 /// tables after a backup of more does not make the older one removable while it is the
 /// newest of a table (`--keep-last 1` after a backup of `A` and `B`, then of `A`, left
 /// `B` with no backup).
+///
+/// Newest by when it was planned (its coordinator's clock), and also by when its
+/// manifest was written (the service's clock), where the two disagree: a coordinator ten
+/// minutes slow planned the newer of two backups under the older time, and the only
+/// backup of the table's current state went.
 fn newest_complete(backups: &[Surveyed]) -> BTreeMap<&str, Vec<String>> {
-    let mut newest: BTreeMap<(Option<&str>, Option<&str>, String), &Surveyed> = BTreeMap::new();
+    let by_plan = newest_complete_by(backups, |b| Some(b.started));
+    let by_service = newest_complete_by(backups, |b| b.completed);
+    let mut out: BTreeMap<&str, Vec<String>> = BTreeMap::new();
+    for ((_, _, table), b) in by_plan.into_iter().chain(by_service) {
+        let tables = out.entry(b.id.as_str()).or_default();
+        if !tables.contains(&table) {
+            tables.push(table);
+        }
+    }
+    out
+}
+
+/// Key of a table of an account.
+type TableOf<'a> = (Option<&'a str>, Option<&'a str>, String);
+
+/// For each table of each account, the complete backup holding it that is newest by
+/// `time` (then id); backups without a time are left out.
+fn newest_complete_by<'a>(
+    backups: &'a [Surveyed],
+    time: impl Fn(&Surveyed) -> Option<i64>,
+) -> BTreeMap<TableOf<'a>, &'a Surveyed> {
+    let mut newest: BTreeMap<TableOf<'a>, &'a Surveyed> = BTreeMap::new();
     for b in backups.iter().filter(|b| b.kind == Kind::Complete) {
+        let Some(at) = time(b) else { continue };
         for t in &b.tables {
             let (name, endpoint) = account(b);
             let slot = newest
                 .entry((name, endpoint, t.to_lowercase()))
                 .or_insert(b);
-            if (b.started, &b.id) > (slot.started, &slot.id) {
+            if (at, &b.id) > (time(slot).unwrap_or(i64::MIN), &slot.id) {
                 *slot = b;
             }
         }
     }
-    let mut out: BTreeMap<&str, Vec<String>> = BTreeMap::new();
-    for ((_, _, table), b) in newest {
-        out.entry(b.id.as_str()).or_default().push(table);
-    }
-    out
+    newest
 }
 
 /// Why the newest complete backup of some table stays.

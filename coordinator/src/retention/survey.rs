@@ -62,6 +62,10 @@ pub(crate) struct Surveyed {
     pub readers: Vec<String>,
     /// What cannot be read, for a damaged backup.
     pub damage: Option<String>,
+    /// When its manifest was written, by the service's clock (complete backups, where the
+    /// service says): a coordinator whose clock was slow planned a newer backup under an
+    /// older time, and `--keep-last 1` removed it as the older.
+    pub completed: Option<i64>,
     /// Its source account's Table endpoint, lower-cased, without a trailing `/`: two
     /// accounts can share a name (another emulator, another cloud, a Cosmos DB Table
     /// account), and the policy counts each account's backups apart. `None` when the
@@ -124,6 +128,7 @@ async fn survey_one(
             readers,
             damage: None,
             source_endpoint: None,
+            completed: None,
         }));
     }
     let job = match store.backup_job(id).await {
@@ -142,6 +147,7 @@ async fn survey_one(
                 readers,
                 damage: Some(format!("plan unreadable: {why}")),
                 source_endpoint: None,
+                completed: None,
             }));
         }
         Err(e) => return Err(e.into()),
@@ -162,6 +168,7 @@ async fn survey_one(
             readers,
             damage: None,
             source_endpoint: None,
+            completed: None,
         }));
     };
     let started = parse_time(&job.created_at)
@@ -182,6 +189,15 @@ async fn survey_one(
     } else {
         activity(store, &paths, started).await?
     };
+    let completed = match kind {
+        Kind::Complete => store
+            .blobs()
+            .properties(&paths.manifest())
+            .await?
+            .and_then(|p| p.last_modified)
+            .and_then(unix_seconds),
+        _ => None,
+    };
     Ok(Some(Surveyed {
         id: id.to_string(),
         kind,
@@ -192,6 +208,7 @@ async fn survey_one(
         readers,
         damage,
         source_endpoint: Some(endpoint_key(&job.source.table_endpoint)),
+        completed,
     }))
 }
 
