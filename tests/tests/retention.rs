@@ -74,15 +74,20 @@ async fn prune_keeps_what_the_policy_and_the_protections_say_and_removes_the_res
     let today = now.div_euclid(DAY) * DAY;
     // Five complete backups: yesterday, two on the day before (10:00 and 11:00), 5 and 10
     // days ago.
+    // Taken oldest first, a second apart at least: the service's clock dates their
+    // manifests in the same order (the newest by it always stays too).
     let times = [
-        today - DAY + 9 * HOUR,
+        today - 10 * DAY + 9 * HOUR,
+        today - 5 * DAY + 9 * HOUR,
         today - 2 * DAY + 10 * HOUR,
         today - 2 * DAY + 11 * HOUR,
-        today - 5 * DAY + 9 * HOUR,
-        today - 10 * DAY + 9 * HOUR,
+        today - DAY + 9 * HOUR,
     ];
     let mut complete = Vec::new();
     for t in times {
+        if !complete.is_empty() {
+            tokio::time::sleep(Duration::from_millis(1100)).await;
+        }
         let req = backup_of(&s.env.account, &s.table);
         let report = run_backup(&req, &s.t, &watch_opts(1, &s.env.account))
             .await
@@ -91,7 +96,7 @@ async fn prune_keeps_what_the_policy_and_the_protections_say_and_removes_the_res
         started_at(&blobs, &report.backup_id, t).await;
         complete.push(report.backup_id);
     }
-    let [d1, d2a, d2b, d5, d10] = complete.clone().try_into().unwrap();
+    let [d10, d5, d2a, d2b, d1] = complete.clone().try_into().unwrap();
     // A restore of the 10-day-old backup, planned and left live (no workers).
     let target = s.table.clone() + "copy";
     let mut rr = RestoreRequest::new(&d10, s.env.account.clone());
