@@ -184,20 +184,15 @@ async fn readable_unlisted(
     names: &[String],
     account: &str,
 ) -> Result<Vec<String>> {
-    let probe = tablevault_azure::table::Query {
-        top: Some(1),
-        keys_only: true,
-        ..Default::default()
-    };
     let mut out: Vec<String> = Vec::new();
     let mut missing = Vec::new();
     for n in names {
         if out.iter().any(|o| o.eq_ignore_ascii_case(n)) {
             continue;
         }
-        match client.query_page(n, &probe, None).await {
-            Ok(_) => out.push(n.clone()),
-            Err(e) if e.status() == Some(404) => missing.push(n.clone()),
+        match client.holds_table(n).await {
+            Ok(true) => out.push(n.clone()),
+            Ok(false) => missing.push(n.clone()),
             Err(e) if matches!(e.status(), Some(401 | 403)) => {
                 return Err(refused_reading(
                     e,

@@ -219,17 +219,24 @@ impl TableClient {
             // Credentials for one table (a service SAS, `tn=`) may read it but not list
             // tables: a one-entity query tells whether it is there.
             Err(refused) if matches!(refused.status(), Some(401 | 403)) => {
-                let probe = Query {
-                    top: Some(1),
-                    keys_only: true,
-                    ..Default::default()
-                };
-                match self.query_page(name, &probe, None).await {
-                    Ok(_) => Ok(true),
-                    Err(e) if e.status() == Some(404) => Ok(false),
-                    Err(_) => Err(refused),
-                }
+                self.holds_table(name).await.map_err(|_| refused)
             }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Whether the table is there, asked of the table itself with a one-entity query
+    /// (credentials for one table, a service SAS with `tn=`, may read it but not list
+    /// tables): `false` on `404`; any other refusal is the error.
+    pub async fn holds_table(&self, name: &str) -> Result<bool> {
+        let probe = Query {
+            top: Some(1),
+            keys_only: true,
+            ..Default::default()
+        };
+        match self.query_page(name, &probe, None).await {
+            Ok(_) => Ok(true),
+            Err(e) if e.status() == Some(404) => Ok(false),
             Err(e) => Err(e),
         }
     }
