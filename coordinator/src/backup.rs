@@ -25,7 +25,7 @@ use crate::location::Location;
 use crate::plan::previous::{last_complete_backup, ranges_from_previous};
 use crate::plan::{Planning, discover_ranges, normalize_split_keys, ranges_from_split_keys};
 use crate::report::{BackupReport, PoisonReport, TableReport, peak_rss_bytes};
-use crate::state::{JobState, load_job};
+use crate::state::{JobState, load_job, rebuild_hint, unreadable_manifest};
 use crate::watch::{Snapshot, WatchOptions, Watched, watch as watch_job};
 use crate::{Error, Result};
 use tablevault_core::job::finalize::{being_removed, finalize, rebuild_manifest, settle_backup};
@@ -675,19 +675,22 @@ pub struct StatusOptions {
     pub retry_poisoned: bool,
 }
 
-/// Seeing a backup to its end (`wait`) includes a manifest that can be read: where the
-/// stored one cannot, it is rebuilt from the commit records ([`rebuild_manifest`]), and
-/// where they cannot rebuild it, the error says why. Without `wait`, the error says how.
-async fn rebuild_unreadable_manifest(store: &Store, job: &BackupJob, wait: bool) -> Result<()> {
-    let why = match store.manifest(&job.backup_id).await {
-        Err(StoreError::Corrupt(why)) => why,
-        other => return other.map(|_| ()).map_err(Error::from),
+/// [`settle_backup`], where a file of the backup could not be read (`damage`): seeing a
+/// backup to its end (`wait`) includes a manifest that can be read, so an unreadable one
+/// is rebuilt from the commit records ([`rebuild_manifest`]) and the backup settled
+/// again; where they cannot rebuild it, the error says why. Without `wait`, the error
+/// says how. Damage elsewhere is the error as it was.
+async fn settle_damaged(
+    store: &Store,
+    job: &BackupJob,
+    wait: bool,
+    damage: String,
+) -> Result<Option<Manifest>> {
+    let Some(why) = unreadable_manifest(store, &job.backup_id).await? else {
+        return Err(Error::Corrupt(damage));
     };
     if !wait {
-        return Err(Error::Corrupt(format!(
-            "{why} (`tablevault status {} --wait` rebuilds the manifest from the commit records)",
-            job.backup_id
-        )));
+        return Err(Error::Corrupt(rebuild_hint(&why, &job.backup_id)));
     }
     match rebuild_manifest(store, job).await? {
         Some(manifest) => {
@@ -697,7 +700,7 @@ async fn rebuild_unreadable_manifest(store: &Store, job: &BackupJob, wait: bool)
                 unreadable = %why,
                 "the manifest could not be read; rebuilt from the commit records"
             );
-            Ok(())
+            Ok(settle_backup(store, job).await?)
         }
         None => Err(Error::Corrupt(format!(
             "{why}; it cannot be rebuilt: its commit records do not tile every table, or it is being deleted"
@@ -730,11 +733,14 @@ pub async fn status(
         };
         &on_its_queue
     };
-    rebuild_unreadable_manifest(&store, &job, what.wait).await?;
     let mut state = JobState::new(job.clone());
     state.refresh(&store).await?;
     // The one rule: a job whose ranges tile every table is complete, whoever sees it.
-    if let Some(manifest) = settle_backup(&store, &job).await? {
+    let settled = match settle_backup(&store, &job).await {
+        Err(StoreError::Corrupt(damage)) => settle_damaged(&store, &job, what.wait, damage).await?,
+        settled => settled?,
+    };
+    if let Some(manifest) = settled {
         if what.wait {
             // Finalize again: idempotent, and collects any garbage a straggler left.
             finalize(&store, &state).await?;

@@ -42,20 +42,33 @@ pub(crate) async fn standing(store: &Store, job: &BackupJob) -> Result<Standing>
         }
         Err(StoreError::Corrupt(why)) => {
             // An unreadable manifest over whole records can be rebuilt: say how.
-            if matches!(
-                store.manifest(&job.backup_id).await,
-                Err(StoreError::Corrupt(_))
-            ) {
-                Standing::Damaged(format!(
-                    "{why} (`tablevault status {} --wait` rebuilds the manifest from the commit records)",
-                    job.backup_id
-                ))
+            if unreadable_manifest(store, &job.backup_id)
+                .await
+                .is_ok_and(|m| m.is_some())
+            {
+                Standing::Damaged(rebuild_hint(&why, &job.backup_id))
             } else {
                 Standing::Damaged(why)
             }
         }
         Err(e) => return Err(e.into()),
     })
+}
+
+/// Why a backup's `manifest.json` cannot be read, when it cannot; `None` when it reads
+/// (or is not there).
+pub(crate) async fn unreadable_manifest(store: &Store, id: &str) -> Result<Option<String>> {
+    match store.manifest(id).await {
+        Err(StoreError::Corrupt(why)) => Ok(Some(why)),
+        Ok(_) => Ok(None),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// An unreadable manifest's damage, with the command that rebuilds it from the commit
+/// records.
+pub(crate) fn rebuild_hint(why: &str, id: &str) -> String {
+    format!("{why} (`tablevault status {id} --wait` rebuilds the manifest from the commit records)")
 }
 
 /// Loads a backup's plan; an id that is malformed or unknown is an invalid request.
