@@ -262,9 +262,7 @@ async fn carry_out(
 
 /// Now, in Unix seconds, by this machine's clock.
 pub fn now() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs() as i64)
+    survey::unix_seconds(std::time::SystemTime::now()).unwrap_or(0)
 }
 
 /// Now by the storage service's clock (the `Date` of a listing of the container), which
@@ -276,11 +274,7 @@ pub async fn service_now(store: &Store) -> Result<i64> {
     let listing = match store.blobs().list(CLOCK_PROBE, None).await {
         Ok(listing) => listing,
         Err(e) if e.status() == Some(404) => return Ok(local),
-        Err(e) => {
-            return Err(crate::Error::from(
-                tablevault_core::store::StoreError::from(e),
-            ));
-        }
+        Err(e) => return Err(e.into()),
     };
     let Some(service) = listing.service_time.and_then(survey::unix_seconds) else {
         return Ok(local);

@@ -219,30 +219,30 @@ struct When {
     finished_at: Option<String>,
 }
 
-/// The newest time any heartbeat, commit record or poison record of the backup names.
+/// The newest time any heartbeat, commit record or poison record of the backup names,
+/// or the service wrote one of them, the plan or a marker at.
 async fn activity(store: &Store, paths: &BackupPaths, started: i64) -> Result<i64> {
-    let mut names = Vec::new();
     // When the service last saw a write under the backup, by its own clock: the times
     // inside the records are their writers' clocks, and a worker whose clock is behind
-    // made a running backup look idle for as long as it was behind.
+    // made a running backup look idle for as long as it was behind. The records are read
+    // for their own times too; the plan and the enqueued marker (a backup being planned
+    // has written nothing else) count by their write only.
     let mut newest = started;
-    for root in [
-        paths.heartbeats_root(),
-        paths.commits_root(),
-        paths.poison_root(),
+    let mut names = Vec::new();
+    for (root, delimiter, read) in [
+        (paths.heartbeats_root(), None, true),
+        (paths.commits_root(), None, true),
+        (paths.poison_root(), None, true),
+        (paths.root(), Some("/"), false),
     ] {
-        let listing = store.blobs().list(&root, None).await?;
-        for b in listing.blobs {
+        for b in store.blobs().list(&root, delimiter).await?.blobs {
             if let Some(t) = b.last_modified.and_then(unix_seconds) {
                 newest = newest.max(t);
             }
-            names.push(b.name);
+            if read {
+                names.push(b.name);
+            }
         }
-    }
-    // The plan and the enqueued marker: a backup being planned has written nothing else.
-    let top = store.blobs().list(&paths.root(), Some("/")).await?;
-    for t in top.blobs.iter().filter_map(|b| b.last_modified) {
-        newest = newest.max(unix_seconds(t).unwrap_or(i64::MIN));
     }
     let times: Vec<Result<Option<i64>, StoreError>> = futures::stream::iter(names)
         .map(|name| async move {
