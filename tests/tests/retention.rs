@@ -58,6 +58,20 @@ fn ids(d: &[retention::Decision]) -> Vec<String> {
     v
 }
 
+/// `prune --keep-last 1` with `--abandoned-after`, at `now`.
+fn keep_last_one(abandoned_after: &str, dry_run: bool, now: i64) -> PruneRequest {
+    PruneRequest {
+        policy: KeepPolicy {
+            last: Count::Last(1),
+            ..Default::default()
+        },
+        abandoned_after: abandoned_after.parse().unwrap(),
+        source_account: None,
+        dry_run,
+        now,
+    }
+}
+
 fn sorted(mut v: Vec<String>) -> Vec<String> {
     v.sort();
     v
@@ -344,16 +358,7 @@ async fn workers_drop_queued_tasks_of_a_removed_backup() {
         // With max_attempts 1, a task given back instead of dropped would be poisoned.
         queue.put(&m.encode(), None).await.unwrap();
     }
-    let req = PruneRequest {
-        policy: KeepPolicy {
-            last: Count::Last(1),
-            ..Default::default()
-        },
-        abandoned_after: "7d".parse().unwrap(),
-        source_account: None,
-        dry_run: false,
-        now,
-    };
+    let req = keep_last_one("7d", false, now);
     let r = retention::prune(&blobs, &req).await.unwrap();
     assert_eq!(r.removed.len(), 1);
     assert!(mem.names().is_empty());
@@ -415,16 +420,7 @@ async fn a_running_backup_is_not_abandoned_by_a_skewed_clock() {
         (now - retention::now()).abs() < 60,
         "Azurite runs on this machine's clock"
     );
-    let req = PruneRequest {
-        policy: KeepPolicy {
-            last: Count::Last(1),
-            ..Default::default()
-        },
-        abandoned_after: "1h".parse().unwrap(),
-        source_account: None,
-        dry_run: false,
-        now,
-    };
+    let req = keep_last_one("1h", false, now);
     let pruned = retention::prune(&blobs, &req).await.unwrap();
     assert!(pruned.removed.is_empty(), "{:?}", pruned.removed);
     assert!(blobs.exists(&p.job()).await.unwrap());
@@ -501,16 +497,7 @@ async fn the_newest_backup_by_the_service_clock_stays() {
     job.created_at = rfc3339(slow);
     blobs.overwrite(&p.job(), &job).await.unwrap();
 
-    let req = PruneRequest {
-        policy: KeepPolicy {
-            last: Count::Last(1),
-            ..Default::default()
-        },
-        abandoned_after: "7d".parse().unwrap(),
-        source_account: None,
-        dry_run: true,
-        now: retention::service_now(&blobs).await.unwrap(),
-    };
+    let req = keep_last_one("7d", true, retention::service_now(&blobs).await.unwrap());
     let pruned = retention::prune(&blobs, &req).await.unwrap();
     assert!(pruned.removed.is_empty(), "{:?}", pruned.removed);
     let kept = pruned.kept.iter().find(|d| d.id == newer).unwrap();
