@@ -72,12 +72,12 @@
 //!
 //! # What it shows
 //!
-//! With the product policy, from 4 workers on, restore runs at 92-94% of the account's
-//! limit and a repeat backup at 90-94%, with under 1% of requests answered 503 (the
-//! README has the table). A table's first backup reaches 85-86% at 64 workers: it loses
-//! its ramp-up (work reaches workers only as tasks split, and the fleet overshoots the
-//! account while its heartbeat counts catch up with its growth, then regains the rate
-//! slowly) and its tail (the last large partitions are each read by one task at a
+//! With the product policy, from 4 workers on, over seeds 1-3, restore runs at 91-95% of
+//! the account's limit, a repeat backup at 92-94% and a first backup at 91-94%, with at
+//! most 0.5% of requests answered 503 (the README has the table). What a first backup
+//! loses at 64 workers is its ramp-up (work reaches workers only as tasks split, and
+//! the fleet overshoots the account while its heartbeat counts catch up with its
+//! growth) and its tail (the last large partitions are each read by one task at a
 //! partition's rate).
 
 mod backup;
