@@ -365,7 +365,7 @@ mod tests {
         ) {
             bounds.sort_by(|a, b| cmp_keys(a, b));
             let [lo, mid, hi] = [&bounds[0], &bounds[1], &bounds[2]];
-            if let Some(at) = super::super::scale::point_below(lo, hi, share) {
+            if let Some(at) = super::super::scale::point_below(lo, hi, share, &[]) {
                 proptest::prop_assert!(cmp_keys(&at, lo).is_gt() && cmp_keys(&at, hi).is_lt(), "{at}");
             }
             let f = |k: &str| super::super::scale::fraction(lo, Some(hi), k);

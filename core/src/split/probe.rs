@@ -590,7 +590,9 @@ async fn bisect(
 /// itself when the density read is known (`by_value`) and it lies strictly between
 /// the bounds (the key at it would divide the entities the same way), else at the
 /// first value probes find there ([`bisect`]); when the density is not known, below
-/// the bound of the cluster the last page read (`page`, see [`cluster_or`]).
+/// the bound of the cluster the last page read (`page`, see [`cluster_or`]). A value
+/// counts the characters of the key the read began at (`read_from`) in its alphabet.
+#[allow(clippy::too_many_arguments)]
 pub(super) async fn cut_value(
     p: &mut Prober<'_>,
     dim: &Dimension<'_>,
@@ -599,12 +601,14 @@ pub(super) async fn cut_value(
     share: f64,
     by_value: bool,
     page: Option<(&str, u64)>,
+    read_from: Option<&str>,
 ) -> tablevault_azure::Result<Option<String>> {
     if !by_value {
         let hi = cluster_or(p, dim, hi, page, lo).await?;
         return bisect(p, dim, lo, hi, share).await;
     }
-    if let Some(at) = hi.as_deref().and_then(|h| point_below(lo, h, share)) {
+    let read: Vec<&str> = read_from.into_iter().collect();
+    if let Some(at) = hi.as_deref().and_then(|h| point_below(lo, h, share, &read)) {
         return Ok(Some(at));
     }
     bisect(p, dim, lo, hi, share).await

@@ -426,7 +426,13 @@ pub fn point_at(lo: &str, hi: Option<&str>, share: f64) -> String {
 /// decades: the search ended at the first key above its last probe, a task of 141
 /// entities split off a table of 5,863 (split soak, seed 6).
 pub(super) fn point_by_characters(lo: &str, hi: Option<&str>, share: f64) -> String {
-    let scale = Scale::new(lo, hi, DIGITS, &[]);
+    point_by_characters_among(lo, hi, share, &[])
+}
+
+/// [`point_by_characters`], with keys read below `lo` (`also`) whose characters after
+/// the bounds' common prefix count in the alphabet too.
+fn point_by_characters_among(lo: &str, hi: Option<&str>, share: f64, also: &[&str]) -> String {
+    let scale = Scale::new(lo, hi, DIGITS, also);
     let (low, high) = (scale.low(), scale.high);
     let share = unit_share(share);
     let mut mid = low + (high.saturating_sub(low) as f64 * share) as u64;
@@ -653,9 +659,20 @@ pub(super) fn bump(s: &[u16], pos: usize, steps: usize) -> Option<String> {
     Some(String::from_utf16_lossy(&out))
 }
 
-/// The point a `share` of the way from `lo` to `hi`, when it lies strictly between them.
-pub(super) fn point_below(lo: &str, hi: &str, share: f64) -> Option<String> {
-    let at = point_at(lo, Some(hi), share);
+/// The point a `share` of the way from `lo` to `hi`, when it lies strictly between them,
+/// in the alphabet of the bounds and of keys read below `lo` that share their common
+/// prefix (`read`).
+pub(super) fn point_below(lo: &str, hi: &str, share: f64, read: &[&str]) -> Option<String> {
+    let at = point_in_time(lo, Some(hi), share).unwrap_or_else(|| {
+        let common = common_units(&ords(lo), &ords(hi));
+        let prefix: String = lo.chars().take(common).collect();
+        let also: Vec<&str> = read
+            .iter()
+            .copied()
+            .filter(|k| k.starts_with(&prefix))
+            .collect();
+        point_by_characters_among(lo, Some(hi), share, &also)
+    });
     (cmp_keys(&at, lo).is_gt() && cmp_keys(&at, hi).is_lt()).then_some(at)
 }
 
@@ -908,7 +925,7 @@ mod tests {
             if cmp_keys(lo, &hi).is_lt() {
                 let f = fraction(lo, Some(&hi), mid);
                 proptest::prop_assert!((0.0..=1.0).contains(&f), "{f}");
-                if let Some(p) = point_below(lo, &hi, 0.5) {
+                if let Some(p) = point_below(lo, &hi, 0.5, &[]) {
                     proptest::prop_assert!(cmp_keys(&p, lo).is_gt() && cmp_keys(&p, &hi).is_lt());
                 }
             }
@@ -929,6 +946,24 @@ mod tests {
         );
         // Letters past `f` further on are another field: the places stay decimal.
         let at = point_at("0065548163OZTV", Some("00657"), 0.5);
+        assert!(at[4..].chars().all(|c| c.is_ascii_digit()), "{at}");
+    }
+
+    /// Regression: the remainder of ULID-like keys (a time in hex, then random letters)
+    /// was cut in decimal where its bounds showed digits alone (`0065548163OZTV` to
+    /// `00657`), while the density that sized its pieces was read in hex from the key
+    /// the read began at: in the split model, the largest task held 3.01 times the
+    /// mean. The characters of that key now count in the cut's alphabet too.
+    #[test]
+    fn cuts_count_the_characters_of_the_key_the_read_began_at() {
+        let read = ["006553F100QWERTYUIOP"];
+        let at = point_below("0065548163OZTV", "00657", 0.5, &read).expect("a point");
+        // Halfway from 0x5481 to 0x7000 (each place also holding "no character") is
+        // `61C0`; read in decimal it was `6190`.
+        assert_eq!(at, "006561C0");
+        // A key read under another prefix says nothing of the places after this one.
+        let other = ["zz-ABCDEF"];
+        let at = point_below("0065548163OZTV", "00657", 0.5, &other).expect("a point");
         assert!(at[4..].chars().all(|c| c.is_ascii_digit()), "{at}");
     }
 }

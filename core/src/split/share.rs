@@ -284,10 +284,10 @@ pub fn fan_out_shares(read: u64, rest: f64, waiting: Option<u64>) -> Option<(Vec
 /// The points a `shares` of the way from `lo` to `hi` (increasing shares), each
 /// strictly between the bounds and above the one before; `None` unless at least two
 /// are.
-fn fan_out_points(lo: &str, hi: &str, shares: &[f64]) -> Option<Vec<String>> {
+fn fan_out_points(lo: &str, hi: &str, shares: &[f64], read: &[&str]) -> Option<Vec<String>> {
     let mut points: Vec<String> = Vec::with_capacity(shares.len());
     for &share in shares {
-        if let Some(at) = point_below(lo, hi, share)
+        if let Some(at) = point_below(lo, hi, share, read)
             && points.last().is_none_or(|p| cmp_keys(&at, p).is_gt())
         {
             points.push(at);
@@ -306,6 +306,7 @@ pub(super) fn fan_out(
     hi: Option<&str>,
     waiting: Option<u64>,
 ) -> Option<(Vec<String>, u64)> {
-    let (shares, size) = fan_out_shares(read_from?.1, cut.rest?, waiting)?;
-    Some((fan_out_points(reached, hi?, &shares)?, size))
+    let (from, read) = read_from?;
+    let (shares, size) = fan_out_shares(read, cut.rest?, waiting)?;
+    Some((fan_out_points(reached, hi?, &shares, &[from])?, size))
 }
