@@ -63,6 +63,16 @@ pub enum Error {
         /// Its message.
         message: String,
     },
+    /// A successful response's body was larger than the request allowed
+    /// ([`crate::table::Query::page_bytes`]); it was not read. Not retried: the same
+    /// request would get the same answer.
+    #[error("{op}: the response holds more than {limit} bytes")]
+    ResponseTooLarge {
+        /// The operation that failed.
+        op: &'static str,
+        /// The most bytes the request allowed.
+        limit: usize,
+    },
     /// The service answered success but the body was not what the protocol promises.
     #[error("{op}: unexpected response: {detail}")]
     InvalidResponse {

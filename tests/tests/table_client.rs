@@ -160,6 +160,7 @@ async fn a_table_of_several_pages_is_read_whole_and_in_order() {
                 filter: Some(filter),
                 top: Some(333),
                 keys_only: false,
+                page_bytes: None,
             },
         )
         .into_stream()
@@ -168,6 +169,77 @@ async fn a_table_of_several_pages_is_read_whole_and_in_order() {
         .await
         .unwrap();
     assert_eq!(n, 1000);
+}
+
+/// Regression: pages were bounded by entities alone, so a worker scanning entities of
+/// 200-370 KB held a page of 1,000 of them and its successor, 500-740 MiB (third
+/// audit of scale). A page over the bytes allowed is asked again a quarter as long,
+/// and later pages ask for as many as fit.
+#[tokio::test]
+async fn pages_of_large_entities_are_bounded_by_bytes() {
+    let env = TestEnv::start().await;
+    let client = TableClient::new(&env.account).unwrap();
+    let table = unique_table("bigpages");
+    client.create_table(&table).await.unwrap();
+    // 40 entities of about 30 KB of JSON each, in two partitions.
+    let payload = "x".repeat(30_000);
+    let mut expected = Vec::new();
+    for pk in ["a", "b"] {
+        let ops: Vec<BatchOperation> = (0..20)
+            .map(|i| {
+                let rk = format!("{i:03}");
+                expected.push((pk.to_string(), rk.clone()));
+                BatchOperation::Insert(
+                    Entity::new(pk, &rk).with("Body", EdmValue::String(payload.clone())),
+                )
+            })
+            .collect();
+        client.submit_batch(&table, &ops).await.unwrap();
+    }
+    let limit = 100_000;
+    let query = Query {
+        page_bytes: Some(limit),
+        ..Query::scan(None)
+    };
+    let pages: Vec<_> = client
+        .pages(&table, query)
+        .into_stream()
+        .try_collect()
+        .await
+        .unwrap();
+    for page in &pages {
+        assert!(
+            page.response_bytes <= limit,
+            "a page of {} bytes ({} entities)",
+            page.response_bytes,
+            page.entities.len()
+        );
+    }
+    let got: Vec<(String, String)> = pages
+        .iter()
+        .flat_map(|p| {
+            p.entities
+                .iter()
+                .map(|e| (e.partition_key.clone(), e.row_key.clone()))
+        })
+        .collect();
+    assert_eq!(got, expected, "every entity once, in key order");
+    // Pages hold as many as fit: three of 30 KB under 100,000 bytes.
+    assert!(pages.len() <= 20, "{} pages", pages.len());
+
+    // One entity is read whatever the bound.
+    let tiny = Query {
+        page_bytes: Some(1_000),
+        ..Query::scan(None)
+    };
+    let n: usize = client
+        .pages(&table, tiny)
+        .into_stream()
+        .map_ok(|p| p.entities.len())
+        .try_fold(0, |a, b| async move { Ok(a + b) })
+        .await
+        .unwrap();
+    assert_eq!(n, 40);
 }
 
 #[tokio::test]
@@ -217,6 +289,7 @@ async fn awkward_keys_work_in_filters_urls_and_batches() {
                     filter: Some(Filter::partition_key(Cmp::Eq, k)),
                     top: None,
                     keys_only: false,
+                    page_bytes: None,
                 },
                 None,
             )
@@ -397,6 +470,7 @@ async fn a_split_samples_keys_in_order_in_one_request() {
                 filter: None,
                 top: Some(5),
                 keys_only: true,
+                page_bytes: None,
             },
             None,
         )

@@ -133,6 +133,9 @@ pub(crate) struct Request {
     pub headers: HeaderMap,
     pub body: Bytes,
     pub idempotency: Idempotency,
+    /// The most bytes of a successful response's body to read: past it the response is
+    /// dropped unread and the attempt fails with [`Error::ResponseTooLarge`].
+    pub max_body: Option<usize>,
     /// Why the request cannot be sent (a header that is not valid header text).
     invalid: Option<String>,
 }
@@ -152,6 +155,7 @@ impl Request {
             headers: HeaderMap::new(),
             body: Bytes::new(),
             idempotency,
+            max_body: None,
             invalid: None,
         }
     }
@@ -191,6 +195,12 @@ impl Request {
 
     pub fn idempotency(mut self, idempotency: Idempotency) -> Self {
         self.idempotency = idempotency;
+        self
+    }
+
+    /// Reads at most `bytes` of a successful response's body ([`Request::max_body`]).
+    pub fn max_body(mut self, bytes: usize) -> Self {
+        self.max_body = Some(bytes);
         self
     }
 }
@@ -397,10 +407,21 @@ impl ServiceClient {
         })?;
         let status = response.status();
         let headers = response.headers().clone();
-        let body = response.bytes().await.map_err(|e| {
+        let body = match req.max_body.filter(|_| status.is_success()) {
+            Some(limit) => read_at_most(response, limit).await,
+            None => response.bytes().await.map(Some),
+        }
+        .map_err(|e| {
             observe(AttemptOutcome::Transport);
             Error::from_reqwest(req.op, &self.host, e)
         })?;
+        let Some(body) = body else {
+            observe(AttemptOutcome::Status(status.as_u16()));
+            return Err(Error::ResponseTooLarge {
+                op: req.op,
+                limit: req.max_body.unwrap_or_default(),
+            });
+        };
         observe(AttemptOutcome::Status(status.as_u16()));
         tracing::debug!(
             op = req.op,
@@ -418,6 +439,25 @@ impl ServiceClient {
             })
         }
     }
+}
+
+/// The body of `response`, unless it holds more than `limit` bytes (by its
+/// `Content-Length`, or once that many arrived): then `None`, and the rest is never read.
+async fn read_at_most(
+    mut response: reqwest::Response,
+    limit: usize,
+) -> reqwest::Result<Option<Bytes>> {
+    if response.content_length().is_some_and(|n| n > limit as u64) {
+        return Ok(None);
+    }
+    let mut body = bytes::BytesMut::new();
+    while let Some(chunk) = response.chunk().await? {
+        if body.len() + chunk.len() > limit {
+            return Ok(None);
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(Some(body.freeze()))
 }
 
 /// Builds an [`Error::Service`] from a failed response: code from `x-ms-error-code` or the

@@ -67,7 +67,16 @@ pub struct Query {
     /// `$select=PartitionKey,RowKey`: only the keys come back, where the keys are all
     /// a query wants to know (a split's probes and samples).
     pub keys_only: bool,
+    /// The most bytes a page's response may hold. A page over it is not read but asked
+    /// again with a quarter of its `$top`, and later pages ask for as many entities as
+    /// the last page says fit ([`Pages`]), so memory is bounded by bytes, not by the
+    /// size of entities: a page of 1,000 entities of 300 KB each is 300 MB.
+    pub page_bytes: Option<usize>,
 }
+
+/// The most bytes of a page a scan reads ([`Query::page_bytes`]): 1,000 entities of up
+/// to 8 KiB of JSON each, the most a block of 4 MB holds in three such pages.
+pub const SCAN_PAGE_BYTES: usize = 8 << 20;
 
 impl Query {
     /// Every entity matching `filter` (all of them for `None`), in pages as full as the
@@ -77,6 +86,7 @@ impl Query {
             filter,
             top: Some(MAX_PAGE_SIZE),
             keys_only: false,
+            page_bytes: Some(SCAN_PAGE_BYTES),
         }
     }
 }
@@ -305,6 +315,10 @@ impl TableClient {
         }
         if query.keys_only {
             req = req.query("$select", "PartitionKey,RowKey");
+        }
+        // One entity is read whatever its size: a page cannot be smaller.
+        if let Some(limit) = query.page_bytes.filter(|_| query.top.is_none_or(|t| t > 1)) {
+            req = req.max_body(limit);
         }
         if let Some(c) = continuation {
             req = req.query("NextPartitionKey", c.next_partition_key.clone());

@@ -5,8 +5,8 @@
 
 use futures::Stream;
 
-use super::{Continuation, Entity, EntityPage, Query, TableClient};
-use crate::error::Result;
+use super::{Continuation, Entity, EntityPage, MAX_PAGE_SIZE, Query, TableClient};
+use crate::error::{Error, Result};
 
 /// The pages of one query, in key order.
 #[derive(Clone)]
@@ -14,6 +14,8 @@ pub struct Pages {
     client: TableClient,
     table: String,
     query: Query,
+    /// The `$top` the query was made with; pages bounded by bytes ask for fewer.
+    first_top: Option<u32>,
     state: State,
 }
 
@@ -29,6 +31,7 @@ impl Pages {
         Pages {
             client,
             table: table.to_string(),
+            first_top: query.top,
             query,
             state: State::Start,
         }
@@ -42,16 +45,42 @@ impl Pages {
             State::Start => None,
             State::Next(c) => Some(c),
         };
-        let page = self
-            .client
-            .query_page(&self.table, &self.query, continuation.as_ref())
-            .await;
-        if let Ok(p) = &page
-            && let Some(c) = &p.continuation
-        {
-            self.state = State::Next(c.clone());
+        let page = loop {
+            let page = self
+                .client
+                .query_page(&self.table, &self.query, continuation.as_ref())
+                .await;
+            match (&page, self.query.top) {
+                // Too large to read: the same page again, a quarter as long.
+                (Err(Error::ResponseTooLarge { .. }), Some(top)) if top > 1 => {
+                    self.query.top = Some((top / 4).max(1));
+                }
+                _ => break page,
+            }
+        };
+        if let Ok(p) = &page {
+            self.fit_top_to(p);
+            if let Some(c) = &p.continuation {
+                self.state = State::Next(c.clone());
+            }
         }
         Some(page)
+    }
+
+    /// Where pages are bounded by bytes ([`Query::page_bytes`]), asks next for as many
+    /// entities as the bound holds at the size this page's were (at most the service's
+    /// 1,000), so pages of large entities are not read twice.
+    fn fit_top_to(&mut self, page: &EntityPage) {
+        let (Some(limit), Some(top)) = (self.query.page_bytes, self.query.top) else {
+            return;
+        };
+        if page.entities.is_empty() || page.response_bytes == 0 {
+            return;
+        }
+        let per_entity = page.response_bytes.div_ceil(page.entities.len());
+        let fits = (limit / per_entity).clamp(1, MAX_PAGE_SIZE as usize) as u32;
+        // Grow back only as far as the page asked for at first.
+        self.query.top = Some(fits.min(self.first_top.unwrap_or(top)));
     }
 
     /// The first entity of the query, skipping empty pages; `None` if it has none.

@@ -34,6 +34,7 @@ async fn first_pk(
         filter: Filter::all(parts),
         top: Some(1),
         keys_only: true,
+        page_bytes: None,
     };
     probes.fetch_add(1, Ordering::Relaxed);
     // Pages may be empty with a continuation (the service stops at partition boundaries

@@ -152,6 +152,7 @@ pub async fn non_empty_targets(req: &RestoreRequest, location: &Location) -> Res
                         filter: None,
                         top: Some(1),
                         keys_only: true,
+                        page_bytes: None,
                     },
                 )
                 .first_entity()

@@ -200,6 +200,7 @@ impl KeyProbe for TableProbe<'_> {
             filter: Some(probe.filter()),
             top: Some(1),
             keys_only: true,
+            page_bytes: None,
         };
         // Empty pages with a continuation are normal; the paginator follows them.
         Ok(self
@@ -220,6 +221,7 @@ impl KeyProbe for TableProbe<'_> {
             filter: Some(probe.filter()),
             top: Some(u32::try_from(n).unwrap_or(u32::MAX)),
             keys_only: true,
+            page_bytes: None,
         };
         let Some(page) = self
             .client
