@@ -122,6 +122,8 @@ pub(super) async fn finish_writing(
             "deleted the entities the backup does not hold"
         );
     }
+    // The report's peak memory covers the deletions and the check too.
+    report.peak_rss_bytes = crate::report::peak_rss_bytes();
     if !job.verify {
         return Ok(());
     }
@@ -132,6 +134,7 @@ pub(super) async fn finish_writing(
     if let Some(p) = progress {
         p.finish();
     }
+    report.peak_rss_bytes = crate::report::peak_rss_bytes();
     let verification = verification?;
     if !verification.ok {
         report.status = JobStatus::Mismatch;
