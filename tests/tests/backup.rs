@@ -598,6 +598,20 @@ async fn idle_workers_get_a_table_in_pieces_of_one_size() {
             "{partitions} partitions: {counts:?}"
         );
         assert_eq!(read_backup(&blobs, &manifest, &table).await, source);
+        // `status` counts the ranges split off too, as the manifest does (it counted
+        // the one planned task: "1 ranges" of 13).
+        let look = StatusOptions {
+            wait: false,
+            retry_poisoned: false,
+        };
+        let report = status(&t, &manifest.backup_id, look, &watch_opts(0, &env.account))
+            .await
+            .unwrap();
+        assert_eq!(
+            report.tables[0].ranges,
+            counts.len(),
+            "{partitions} partitions"
+        );
     }
 }
 
