@@ -238,6 +238,24 @@ impl WorkerMetrics {
             "Throttling answers the adaptive limiter has seen, per Table endpoint",
             m.limiter_throttles.clone(),
         );
+        // Every task counter exists from the start at 0, for both kinds: a counter that
+        // first appears at 1 has no earlier sample, so `increase(...[30m]) > 0` missed a
+        // worker's first poisoned task, usually its only one.
+        for kind in [Kind::Backup, Kind::Restore] {
+            let l = KindLabel { kind };
+            for family in [
+                &m.claimed,
+                &m.committed,
+                &m.failed,
+                &m.poisoned,
+                &m.committed_entities,
+                &m.committed_bytes,
+                &m.entities,
+            ] {
+                let _ = family.get_or_create(&l);
+            }
+            let _ = m.in_flight.get_or_create(&l);
+        }
         m.registry = registry;
         m
     }
@@ -390,6 +408,25 @@ mod tests {
     pub(crate) fn sample(text: &str, name_and_labels: &str) -> Option<f64> {
         text.lines()
             .find_map(|l| l.strip_prefix(name_and_labels)?.trim().parse().ok())
+    }
+
+    /// Regression: task counters appeared only at their first event, so an alert on
+    /// `increase(tablevault_tasks_poisoned_total[30m]) > 0` never saw a first poisoning.
+    #[test]
+    fn task_counters_start_at_zero_for_both_kinds() {
+        let text = WorkerMetrics::new().render();
+        for kind in ["backup", "restore"] {
+            for name in ["claimed", "committed", "failed", "poisoned"] {
+                assert_eq!(
+                    sample(
+                        &text,
+                        &format!("tablevault_tasks_{name}_total{{kind=\"{kind}\"}}")
+                    ),
+                    Some(0.0),
+                    "{name} {kind}"
+                );
+            }
+        }
     }
 
     #[test]
