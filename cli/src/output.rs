@@ -299,8 +299,8 @@ pub fn print_restore(r: &RestoreReport) {
         // Written counts come from finished tasks' records; a task stopped mid-way
         // records nothing, though its batches that landed stay in the target.
         println!(
-            "  counts are of finished tasks: tasks stopped by the cancel wrote some batches too (`tablevault verify {} --against` compares the target with the backup)",
-            r.backup_id
+            "  counts are of finished tasks: tasks stopped by the cancel wrote some batches too (`{}` compares the target with the backup)",
+            verify_command(r)
         );
     }
     match &r.verification {
@@ -443,9 +443,66 @@ fn print_poisoned(p: &tablevault_coordinator::report::PoisonReport) {
     println!("  POISONED {}/{}{keys}: {}", p.table, p.task, p.reason);
 }
 
+/// The `verify` command that compares a restore's target tables with its backup, as
+/// it can be run: the target account from the environment, the tables, and the
+/// renames. The hint once said `tablevault verify <id> --against`, which is a usage
+/// error without a connection string, and compared the wrong tables after a rename.
+fn verify_command(r: &RestoreReport) -> String {
+    let tables: Vec<&str> = r.tables.iter().map(|t| t.source.as_str()).collect();
+    let renames: Vec<String> = r
+        .tables
+        .iter()
+        .filter(|t| t.source != t.target)
+        .map(|t| format!("{}={}", t.source, t.target))
+        .collect();
+    let mut command = format!(
+        "tablevault verify {} --against \"$TABLEVAULT_TARGET\"",
+        r.backup_id
+    );
+    if !tables.is_empty() {
+        command.push_str(&format!(" --tables {}", tables.join(",")));
+    }
+    if !renames.is_empty() {
+        command.push_str(&format!(" --rename {}", renames.join(",")));
+    }
+    command
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The cancel report's hint is a command that runs: with a connection string for
+    /// `--against`, the tables restored and their new names.
+    #[test]
+    fn the_verify_hint_names_the_target_tables_and_renames() {
+        let table =
+            |source: &str, target: &str| tablevault_coordinator::report::RestoreTableReport {
+                source: source.into(),
+                target: target.into(),
+                entities: 0,
+                written: 0,
+                identical: 0,
+                skipped: 0,
+                failed: 0,
+                tasks_done: 0,
+                tasks: 0,
+            };
+        let mut r: RestoreReport = serde_json::from_value(serde_json::json!({
+            "restore_id": "r", "backup_id": "20261122T114600Z-1a2b3c4d", "status": "cancelled",
+            "mode": "upsert", "target_account": "a", "target_endpoint": "http://x",
+            "created_at": "", "entities": 0, "deleted": 0, "verification": null, "written": 0,
+            "tables": [], "failures": [], "poisoned": [], "duration_seconds": 0.0,
+            "entities_per_second": 0.0, "peak_rss_bytes": null
+        }))
+        .unwrap();
+        r.tables = vec![table("Orders", "OrdersRestored"), table("Users", "Users")];
+        assert_eq!(
+            verify_command(&r),
+            "tablevault verify 20261122T114600Z-1a2b3c4d --against \"$TABLEVAULT_TARGET\" \
+             --tables Orders,Users --rename Orders=OrdersRestored"
+        );
+    }
 
     /// 300 differences counted, 100 listed: the text says the list stops short.
     #[test]
