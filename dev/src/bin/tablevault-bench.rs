@@ -39,13 +39,13 @@ enum Bench {
 #[derive(Args, Debug)]
 struct Simulate {
     /// Entities in the table.
-    #[arg(long, default_value_t = 10_000_000)]
+    #[arg(long, default_value_t = 10_000_000, value_parser = clap::value_parser!(u64).range(1..))]
     entities: u64,
     /// Partitions (default: one per 10,000 entities).
-    #[arg(long)]
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
     partitions: Option<u32>,
     /// Worker counts (comma-separated).
-    #[arg(long, value_delimiter = ',', default_value = "1,4,16,64")]
+    #[arg(long, value_delimiter = ',', default_value = "1,4,16,64", value_parser = at_least_one)]
     workers: Vec<usize>,
     /// Policies (comma-separated): `product` (as built) and `paced` (prototype).
     #[arg(long, value_delimiter = ',', default_value = "product,paced")]
@@ -57,10 +57,10 @@ struct Simulate {
     #[arg(long, value_delimiter = ',', default_value = "first,repeat")]
     plan: Vec<Plan>,
     /// Tasks each worker runs at once.
-    #[arg(long, default_value_t = DEFAULT_WORKER_CONCURRENCY)]
+    #[arg(long, default_value_t = DEFAULT_WORKER_CONCURRENCY, value_parser = at_least_one)]
     tasks_per_worker: usize,
     /// Restore batches in flight per task.
-    #[arg(long, default_value_t = 8)]
+    #[arg(long, default_value_t = 8, value_parser = at_least_one)]
     batches_in_flight: usize,
     /// Instead of the product's rule (split when the queue is empty), a backup task
     /// splits the middle of its remainder off after reading this many entities.
@@ -71,7 +71,7 @@ struct Simulate {
     retry_after_ms: Option<u64>,
     /// Have other clients (production) use this share of the account's rate throughout
     /// (0.3: the backup or restore gets 70% of it).
-    #[arg(long, default_value_t = 0.0)]
+    #[arg(long, default_value_t = 0.0, value_parser = share_below_one)]
     production_load: f64,
     /// Hold the fleet to this many entities per second, as the product's `--max-rate`.
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
@@ -112,16 +112,16 @@ impl From<Simulate> for SimOptions {
 #[derive(Args, Debug)]
 struct Common {
     /// Table sizes (comma-separated), each loaded into a fresh emulator.
-    #[arg(long, value_delimiter = ',', default_value = "50000")]
+    #[arg(long, value_delimiter = ',', default_value = "50000", value_parser = clap::value_parser!(u64).range(1..))]
     entities: Vec<u64>,
     /// Worker counts (comma-separated) to measure at each size.
-    #[arg(long, value_delimiter = ',', default_value = "1,4")]
+    #[arg(long, value_delimiter = ',', default_value = "1,4", value_parser = at_least_one)]
     workers: Vec<usize>,
-    /// Block compression of the backups.
-    #[arg(long, default_value = "zstd")]
+    /// Block compression of the backups (`zstd`, `gzip` or `none`).
+    #[arg(long, default_value = "zstd", value_parser = known_compression)]
     compression: String,
     /// Rounds per size (each re-measures the ceiling); medians are reported.
-    #[arg(long, default_value_t = 3)]
+    #[arg(long, default_value_t = 3, value_parser = at_least_one)]
     repeat: usize,
     /// Print JSON.
     #[arg(long)]
@@ -207,6 +207,32 @@ async fn main() -> std::process::ExitCode {
     }
 }
 
+/// A count of at least one: zero workers, rounds or tasks measure nothing (a
+/// simulated backup by no workers "completed"; a bench backup waited for workers that
+/// were never started until the stall timeout).
+fn at_least_one(s: &str) -> Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(0) => Err("must be at least 1".into()),
+        Ok(n) => Ok(n),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// A share of the account other clients use: from 0 up to, not including, 1.
+fn share_below_one(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(f) if (0.0..1.0).contains(&f) => Ok(f),
+        Ok(_) => Err("must be at least 0 and under 1".into()),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// A compression the backup knows, checked before any table is loaded.
+fn known_compression(s: &str) -> Result<String, String> {
+    s.parse::<tablevault_core::format::Compression>()
+        .map(|_| s.to_string())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -223,5 +249,39 @@ mod tests {
             assert!(parsed.is_err(), "{args:?} is refused");
         }
         assert!(Cli::try_parse_from(["tablevault-bench", "shapes", "--entities", "1"]).is_ok());
+    }
+
+    /// Regression: `simulate --entities 0` never ended, `backup --workers 0` waited
+    /// five minutes for workers that were never started, `--repeat 0` ran one round
+    /// and a misspelt compression was reported after the table was loaded.
+    #[test]
+    fn every_command_refuses_nothing_to_measure() {
+        let refused: [&[&str]; 10] = [
+            &["simulate", "--entities", "0"],
+            &["simulate", "--workers", "4,0"],
+            &["simulate", "--partitions", "0"],
+            &["simulate", "--tasks-per-worker", "0"],
+            &["simulate", "--batches-in-flight", "0"],
+            &["simulate", "--production-load", "1.5"],
+            &["backup", "--workers", "0"],
+            &["backup", "--entities", "0"],
+            &["restore", "--repeat", "0"],
+            &["backup", "--compression", "lz4"],
+        ];
+        for args in refused {
+            let parsed = Cli::try_parse_from(
+                std::iter::once("tablevault-bench").chain(args.iter().copied()),
+            );
+            assert!(parsed.is_err(), "{args:?} is refused");
+        }
+        for args in [
+            &["simulate", "--production-load", "0.3"][..],
+            &["backup", "--compression", "gzip"],
+        ] {
+            let parsed = Cli::try_parse_from(
+                std::iter::once("tablevault-bench").chain(args.iter().copied()),
+            );
+            assert!(parsed.is_ok(), "{args:?}");
+        }
     }
 }
