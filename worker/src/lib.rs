@@ -50,6 +50,10 @@ impl From<Error> for TaskError {
         match e {
             Error::LostOwnership { .. } => TaskError::Lost,
             Error::Cancelled { .. } => TaskError::Shutdown,
+            // No token from the identity provider: it may answer the next time (an
+            // endpoint down for a minute poisoned tasks on their first delivery). A
+            // refusal of the token itself is a 403 from storage, and final.
+            e @ Error::Auth(_) => TaskError::Transient(e.to_string()),
             e if e.is_retryable() => TaskError::Transient(e.to_string()),
             e => TaskError::Permanent(e.to_string()),
         }
@@ -100,5 +104,12 @@ mod tests {
             TaskError::from(StoreError::Corrupt("bad".into())),
             TaskError::Permanent(_)
         ));
+        // Regression: a token the identity provider failed to hand out once poisoned
+        // the task on its first delivery; the next delivery may get one.
+        let no_token = Error::Auth("cannot get a token: identity endpoint down".into());
+        assert!(matches!(TaskError::from(no_token), TaskError::Transient(_)));
+        let refused =
+            tablevault_core::testing::service("x", 403, "AuthorizationPermissionMismatch");
+        assert!(matches!(TaskError::from(refused), TaskError::Permanent(_)));
     }
 }

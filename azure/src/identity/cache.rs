@@ -2,12 +2,17 @@
 //! client that uses the same identity (all three services, every account), refreshed
 //! before it expires.
 //!
-//! * A token with at least [`REFRESH_BEFORE`] left is handed out as is.
-//! * Below that, the next caller refreshes it; concurrent callers wait for that one
-//!   fetch (single flight) instead of asking the identity provider themselves.
-//! * If a refresh fails while the old token still has more than [`EXPIRY_SKEW`] left, the
-//!   old token is used (with a warning) and the refresh is tried again after
-//!   [`RETRY_AFTER_FAILURE`].
+//! * A token with at least [`REFRESH_BEFORE`] left (or half its lifetime, for tokens
+//!   issued with less than twice that) is handed out as is.
+//! * Below that, the next caller refreshes it, waiting at most [`REFRESH_WAIT`]; callers
+//!   arriving meanwhile are handed the current token, which is still valid. Only when
+//!   no valid token is left do callers wait for the one fetch (single flight) instead
+//!   of asking the identity provider themselves.
+//! * If a refresh fails or takes too long while the old token still has more than
+//!   [`EXPIRY_SKEW`] left, the old token is used (with a warning) and the refresh is
+//!   tried again after [`RETRY_AFTER_FAILURE`]. A hung identity endpoint once held every
+//!   storage request behind the refresh until the operations' deadlines, though the
+//!   token in hand had minutes left.
 //! * A token with [`EXPIRY_SKEW`] or less left is never handed out: it could expire on
 //!   its way to the service.
 
@@ -30,6 +35,8 @@ pub const REFRESH_BEFORE: Duration = Duration::from_secs(5 * 60);
 pub const EXPIRY_SKEW: Duration = Duration::from_secs(30);
 /// After a failed refresh of a still valid token, wait this long before trying again.
 pub const RETRY_AFTER_FAILURE: Duration = Duration::from_secs(30);
+/// The longest a caller waits for a refresh while the current token is still valid.
+pub const REFRESH_WAIT: Duration = Duration::from_secs(5);
 
 /// Where the cache reads the time: the wall clock, or a test's.
 pub type Clock = Arc<dyn Fn() -> OffsetDateTime + Send + Sync>;
@@ -38,6 +45,10 @@ pub type Clock = Arc<dyn Fn() -> OffsetDateTime + Send + Sync>;
 struct Cached {
     token: Secret<String>,
     expires_on: OffsetDateTime,
+    /// When to refresh it: [`REFRESH_BEFORE`] before it expires, or half-way through
+    /// its life if that is shorter (a token issued with 4 minutes left was fetched
+    /// again for every request).
+    refresh_at: OffsetDateTime,
     /// No refresh attempt before this (set after a failed refresh).
     quiet_until: Option<OffsetDateTime>,
 }
@@ -113,8 +124,35 @@ impl TokenCache {
         let current = self.current.lock().expect("token cache");
         let c = current.as_ref()?;
         let left = self.left(c.expires_on);
-        let quiet = c.quiet_until.is_some_and(|q| (self.clock)() < q);
-        (left >= REFRESH_BEFORE || (quiet && left > EXPIRY_SKEW)).then(|| c.token.clone())
+        let now = (self.clock)();
+        let quiet = c.quiet_until.is_some_and(|q| now < q);
+        (now < c.refresh_at || (quiet && left > EXPIRY_SKEW)).then(|| c.token.clone())
+    }
+
+    /// The cached token if it may still be handed out (more than [`EXPIRY_SKEW`] left).
+    fn still_valid(&self) -> Option<Secret<String>> {
+        let current = self.current.lock().expect("token cache");
+        let c = current.as_ref()?;
+        (self.left(c.expires_on) > EXPIRY_SKEW).then(|| c.token.clone())
+    }
+
+    /// After a refresh that failed (`why`): the current token if it is still valid,
+    /// with a warning, and no new attempt for [`RETRY_AFTER_FAILURE`].
+    fn keep_current(&self, why: &str) -> Option<Secret<String>> {
+        let mut current = self.current.lock().expect("token cache");
+        let c = current.as_mut()?;
+        let left = self.left(c.expires_on);
+        if left <= EXPIRY_SKEW {
+            return None;
+        }
+        tracing::warn!(
+            identity = %self.identity,
+            left_s = left.as_secs(),
+            error = %why,
+            "refreshing the Entra ID token failed; using the current one until it expires"
+        );
+        c.quiet_until = Some((self.clock)() + RETRY_AFTER_FAILURE);
+        Some(c.token.clone())
     }
 
     /// A token with time left, fetching a new one when needed.
@@ -122,29 +160,37 @@ impl TokenCache {
         if let Some(t) = self.usable_without_refresh() {
             return Ok(t);
         }
+        if let Some(valid) = self.still_valid() {
+            // A refresh under way: the token in hand serves meanwhile.
+            let Ok(_flight) = self.refresh.try_lock() else {
+                return Ok(valid);
+            };
+            if let Some(t) = self.usable_without_refresh() {
+                return Ok(t);
+            }
+            let why = match tokio::time::timeout(REFRESH_WAIT, self.fetch()).await {
+                Ok(Ok(t)) => return Ok(t),
+                Ok(Err(e)) => e.0,
+                Err(_) => format!(
+                    "no token from {} within {} s",
+                    self.identity,
+                    REFRESH_WAIT.as_secs()
+                ),
+            };
+            if let Some(t) = self.keep_current(&why) {
+                return Ok(t);
+            }
+            return Err(TokenError(why));
+        }
         let _flight = self.refresh.lock().await;
         // Someone else may have refreshed while this caller waited.
         if let Some(t) = self.usable_without_refresh() {
             return Ok(t);
         }
-        match self.fetch().await {
-            Ok(t) => Ok(t),
-            Err(e) => {
-                let mut current = self.current.lock().expect("token cache");
-                match current.as_mut() {
-                    Some(c) if self.left(c.expires_on) > EXPIRY_SKEW => {
-                        tracing::warn!(
-                            identity = %self.identity,
-                            left_s = self.left(c.expires_on).as_secs(),
-                            error = %e,
-                            "refreshing the Entra ID token failed; using the current one until it expires"
-                        );
-                        c.quiet_until = Some((self.clock)() + RETRY_AFTER_FAILURE);
-                        Ok(c.token.clone())
-                    }
-                    _ => Err(e),
-                }
-            }
+        let fetched = self.fetch().await;
+        match fetched {
+            Err(e) => self.keep_current(&e.0).ok_or(e),
+            ok => ok,
         }
     }
 
@@ -172,9 +218,15 @@ impl TokenCache {
         let token = Secret::new(access.token.secret().to_string());
         tracing::debug!(identity = %self.identity, expires_in_s = left.as_secs(), "new Entra ID token");
         *self.claims.lock().expect("claims") = Claims::decode(token.expose());
+        let lifetime =
+            azure_core::time::Duration::try_from(left).unwrap_or(azure_core::time::Duration::ZERO);
+        let before = azure_core::time::Duration::try_from(REFRESH_BEFORE)
+            .unwrap_or(azure_core::time::Duration::ZERO)
+            .min(lifetime / 2);
         *self.current.lock().expect("token cache") = Some(Cached {
             token: token.clone(),
             expires_on: access.expires_on,
+            refresh_at: access.expires_on - before,
             quiet_until: None,
         });
         Ok(token)
@@ -215,6 +267,8 @@ mod tests {
         fetches: AtomicUsize,
         lifetime_s: i64,
         fail: AtomicBool,
+        /// Never answer.
+        hang: AtomicBool,
         now: Arc<AtomicI64>,
     }
 
@@ -226,8 +280,11 @@ mod tests {
             _: Option<TokenRequestOptions<'_>>,
         ) -> azure_core::Result<AccessToken> {
             assert_eq!(scopes, ["https://storage.azure.com/.default"]);
-            tokio::time::sleep(Duration::from_millis(50)).await;
             let n = self.fetches.fetch_add(1, Ordering::SeqCst) + 1;
+            if self.hang.load(Ordering::SeqCst) {
+                std::future::pending::<()>().await;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
             if self.fail.load(Ordering::SeqCst) {
                 return Err(azure_core::Error::with_message(
                     azure_core::error::ErrorKind::Credential,
@@ -248,6 +305,7 @@ mod tests {
             fetches: AtomicUsize::new(0),
             lifetime_s,
             fail: AtomicBool::new(false),
+            hang: AtomicBool::new(false),
             now: now.clone(),
         });
         let n = now.clone();
@@ -286,8 +344,54 @@ mod tests {
         assert!(all.into_iter().all(|t| tok(t.unwrap()) == "tok-1"));
         assert_eq!(fake.fetches.load(Ordering::SeqCst), 1);
         now.fetch_add(3500, Ordering::SeqCst);
+        // 100 s left: one caller refreshes, the others are handed the valid token.
         let all = futures::future::join_all((0..20).map(|_| c.get())).await;
-        assert!(all.into_iter().all(|t| tok(t.unwrap()) == "tok-2"));
+        let all: Vec<String> = all.into_iter().map(|t| tok(t.unwrap())).collect();
+        assert!(all.iter().all(|t| t == "tok-1" || t == "tok-2"), "{all:?}");
+        assert_eq!(fake.fetches.load(Ordering::SeqCst), 2);
+        assert_eq!(tok(c.get().await.unwrap()), "tok-2");
+        // Expired: every caller waits for the one fetch.
+        now.fetch_add(3600, Ordering::SeqCst);
+        let all = futures::future::join_all((0..20).map(|_| c.get())).await;
+        assert!(all.into_iter().all(|t| tok(t.unwrap()) == "tok-3"));
+        assert_eq!(fake.fetches.load(Ordering::SeqCst), 3);
+    }
+
+    /// Regression: a hung identity endpoint held every request behind the refresh
+    /// though the token in hand had minutes left (audit of `--auth-mode login`: a
+    /// worker read no queue for 4.5 minutes). Now one caller waits at most
+    /// `REFRESH_WAIT`, the others not at all.
+    #[tokio::test(start_paused = true)]
+    async fn a_hung_refresh_does_not_hold_callers_while_the_token_is_valid() {
+        let (c, fake, now) = cache(3600);
+        c.get().await.unwrap();
+        fake.hang.store(true, Ordering::SeqCst);
+        now.fetch_add(3400, Ordering::SeqCst); // 200 s left
+        let started = tokio::time::Instant::now();
+        let all = futures::future::join_all((0..10).map(|_| c.get())).await;
+        assert!(all.into_iter().all(|t| tok(t.unwrap()) == "tok-1"));
+        assert!(started.elapsed() <= REFRESH_WAIT + Duration::from_millis(100));
+        // Quiet period after the failure: no wait at all.
+        let started = tokio::time::Instant::now();
+        assert_eq!(tok(c.get().await.unwrap()), "tok-1");
+        assert_eq!(started.elapsed(), Duration::ZERO);
+        assert_eq!(fake.fetches.load(Ordering::SeqCst), 2);
+    }
+
+    /// Regression: a token issued with less than `REFRESH_BEFORE` left (IMDS and App
+    /// Service hand out cached ones) was fetched again for every request: 64 token
+    /// requests for 64 storage requests. It is refreshed half-way through its life.
+    #[tokio::test(start_paused = true)]
+    async fn a_short_lived_token_is_refreshed_half_way() {
+        let (c, fake, now) = cache(240);
+        for _ in 0..10 {
+            assert_eq!(tok(c.get().await.unwrap()), "tok-1");
+        }
+        assert_eq!(fake.fetches.load(Ordering::SeqCst), 1);
+        now.fetch_add(119, Ordering::SeqCst);
+        assert_eq!(tok(c.get().await.unwrap()), "tok-1");
+        now.fetch_add(2, Ordering::SeqCst);
+        assert_eq!(tok(c.get().await.unwrap()), "tok-2");
         assert_eq!(fake.fetches.load(Ordering::SeqCst), 2);
     }
 
