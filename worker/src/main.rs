@@ -54,9 +54,10 @@ struct Args {
         value_name = "CONN"
     )]
     target: Vec<String>,
-    /// Tasks to run at once. Each holds two pages of entities and a block or two in
-    /// memory: a few MiB with compressed blocks, up to about three times --block-size
-    /// on the coordinator with --compression none.
+    /// Tasks to run at once. Each holds two pages of entities (at most 8 MiB of
+    /// response each, however large the entities) and a block or two in memory: a few
+    /// MiB with compressed blocks and entities of a few KB, up to about 30 MiB with
+    /// large entities or with --compression none on the coordinator.
     #[arg(
         long,
         default_value_t = DEFAULT_WORKER_CONCURRENCY as u16,
