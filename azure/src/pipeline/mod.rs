@@ -340,7 +340,7 @@ impl ServiceClient {
         let last_error = std::sync::Mutex::new(None::<String>);
         let last_error = &last_error;
         let run = self.retry.run(req.op, req.idempotency, || async move {
-            let result = self.attempt(req).await.and_then(check);
+            let result = self.attempt(req, last_error).await.and_then(check);
             if let Err(e) = &result {
                 *last_error.lock().expect("last error") = Some(e.to_string());
             }
@@ -371,7 +371,14 @@ impl ServiceClient {
         }
     }
 
-    async fn attempt(&self, req: &Request) -> Result<Response> {
+    /// One attempt. `waiting` is what the operation's deadline names as its last error:
+    /// while a bearer token is awaited, the identity provider, not the storage host,
+    /// which a hung token endpoint was once blamed on ("no answer").
+    async fn attempt(
+        &self,
+        req: &Request,
+        waiting: &std::sync::Mutex<Option<String>>,
+    ) -> Result<Response> {
         if let Some(why) = &req.invalid {
             return Err(Error::invalid_request(req.op, why.clone()));
         }
@@ -392,7 +399,19 @@ impl ServiceClient {
             headers.insert("content-length", HeaderValue::from(req.body.len()));
             *request.body_mut() = Some(req.body.clone().into());
         }
+        let before = match &self.credential {
+            Credential::Token(provider) => {
+                let who = provider.identity().unwrap_or_else(|| "the identity".into());
+                Some(waiting.lock().expect("last error").replace(format!(
+                    "waiting for an Entra ID token for {who} from its identity provider"
+                )))
+            }
+            _ => None,
+        };
         authorize(&mut request, &self.credential, self.scheme).await?;
+        if let Some(before) = before {
+            *waiting.lock().expect("last error") = before;
+        }
 
         tracing::debug!(op = req.op, method = %req.method, path = %req.path, "request");
         let started = std::time::Instant::now();
@@ -544,6 +563,51 @@ fn retry_after(headers: &HeaderMap) -> Option<Duration> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A token provider whose identity provider never answers.
+    #[derive(Debug)]
+    struct Hung;
+    impl crate::credential::TokenProvider for Hung {
+        fn token(
+            &self,
+        ) -> futures::future::BoxFuture<
+            '_,
+            std::result::Result<crate::redact::Secret<String>, crate::credential::TokenError>,
+        > {
+            Box::pin(std::future::pending())
+        }
+        fn identity(&self) -> Option<String> {
+            Some("workload identity (client id c-1)".into())
+        }
+    }
+
+    /// Regression: a hung token endpoint was reported as the storage host's silence
+    /// (`List Blobs to 127.0.0.1:…: no success within 20 s, giving up (last error: no
+    /// answer)`), though storage was fine. The deadline now names the wait for a token.
+    #[tokio::test]
+    async fn a_deadline_spent_waiting_for_a_token_says_so() {
+        let account = crate::StorageAccount::from_connection_string(
+            "DefaultEndpointsProtocol=http;AccountName=acct;AccountKey=a2V5;\
+             BlobEndpoint=http://127.0.0.1:9/acct;QueueEndpoint=http://127.0.0.1:9/acct;\
+             TableEndpoint=http://127.0.0.1:9/acct",
+        )
+        .unwrap()
+        .with_credential(Credential::Token(std::sync::Arc::new(Hung)));
+        let options = ClientOptions {
+            deadline: Duration::from_millis(300),
+            ..ClientOptions::default()
+        };
+        let svc = ServiceClient::new(&account, crate::Service::Blob, &options).unwrap();
+        let e = svc
+            .send(Request::new("List Blobs", Method::GET, "/"))
+            .await
+            .unwrap_err();
+        let text = e.to_string();
+        assert!(
+            text.contains("waiting for an Entra ID token for workload identity (client id c-1)"),
+            "{text}"
+        );
+    }
 
     #[test]
     fn error_bodies_of_both_formats() {
