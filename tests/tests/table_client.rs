@@ -107,6 +107,18 @@ async fn entities_keep_exact_types_and_values() {
     assert_eq!(page.entities, vec![back]);
 }
 
+/// The keys of `pages`' entities, in the order read.
+fn keys_of(pages: &[tablevault_azure::table::EntityPage]) -> Vec<(String, String)> {
+    pages
+        .iter()
+        .flat_map(|p| {
+            p.entities
+                .iter()
+                .map(|e| (e.partition_key.clone(), e.row_key.clone()))
+        })
+        .collect()
+}
+
 #[tokio::test]
 async fn a_table_of_several_pages_is_read_whole_and_in_order() {
     let env = TestEnv::start().await;
@@ -140,14 +152,7 @@ async fn a_table_of_several_pages_is_read_whole_and_in_order() {
         "2500 entities at 1000 per page: {} pages",
         pages.len()
     );
-    let got: Vec<(String, String)> = pages
-        .iter()
-        .flat_map(|p| {
-            p.entities
-                .iter()
-                .map(|e| (e.partition_key.clone(), e.row_key.clone()))
-        })
-        .collect();
+    let got = keys_of(&pages);
     assert_eq!(got, expected, "every entity once, in key order");
 
     // A range filter over PartitionKey.
@@ -215,14 +220,7 @@ async fn pages_of_large_entities_are_bounded_by_bytes() {
             page.entities.len()
         );
     }
-    let got: Vec<(String, String)> = pages
-        .iter()
-        .flat_map(|p| {
-            p.entities
-                .iter()
-                .map(|e| (e.partition_key.clone(), e.row_key.clone()))
-        })
-        .collect();
+    let got = keys_of(&pages);
     assert_eq!(got, expected, "every entity once, in key order");
     // Pages hold as many as fit: three of 30 KB under 100,000 bytes.
     assert!(pages.len() <= 20, "{} pages", pages.len());

@@ -2726,17 +2726,7 @@ fn partitions_after_a_large_one_go_to_a_task_of_their_own() {
             last_page: None,
             planned: true,
         };
-        run(find_split(
-            probe,
-            &after,
-            None,
-            None,
-            None,
-            Some(read),
-            None,
-            true,
-        ))
-        .unwrap()
+        unbounded_split(probe, &after, None, read)
     };
     let s = split_with(&t).expect("a cut");
     assert_eq!(s.at, EntityKey::partition_start("c00"), "{s:?}");
