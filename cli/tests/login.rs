@@ -149,4 +149,13 @@ async fn auth_settings_follow_the_azure_cli_conventions() {
     let o = tablevault(&["--auth-mode", "oauth", "list"], &[]).await;
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
     assert!(text(&o).contains("expected key or login"), "{}", text(&o));
+    // A bad value is reported under the variable it came from (it was named
+    // TABLEVAULT_AUTH_MODE).
+    let o = tablevault(&["list"], &[("AZURE_STORAGE_AUTH_MODE", "bogus")]).await;
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(
+        text(&o).contains("AZURE_STORAGE_AUTH_MODE: unknown auth mode"),
+        "{}",
+        text(&o)
+    );
 }

@@ -100,8 +100,13 @@ impl AuthConfig {
         let bad = |what: &str, e: String| ConfigError::NotConfigured(format!("{what}: {e}"));
         let mode = match mode {
             Some(m) => m,
-            None => match var(env::AUTH_MODE).or_else(|| var(env::AZURE_AUTH_MODE)) {
-                Some(v) => v.parse().map_err(|e| bad(env::AUTH_MODE, e))?,
+            // The variable the value came from is the one named in an error: the Azure
+            // CLI's `AZURE_STORAGE_AUTH_MODE=bogus` was reported as ours.
+            None => match var(env::AUTH_MODE)
+                .map(|v| (env::AUTH_MODE, v))
+                .or_else(|| var(env::AZURE_AUTH_MODE).map(|v| (env::AZURE_AUTH_MODE, v)))
+            {
+                Some((name, v)) => v.parse().map_err(|e| bad(name, e))?,
                 None => AuthMode::Key,
             },
         };

@@ -210,7 +210,8 @@ impl TokenCache {
         let left = self.left(access.expires_on);
         if left <= EXPIRY_SKEW {
             return Err(TokenError(format!(
-                "{} returned a token that expires in {} s; is this machine's clock right?",
+                "{} returned a token that expires in {} s: its answer gave the token no \
+                 lifetime (`expires_in`, `expires_on`), or this machine's clock is off",
                 self.identity,
                 left.as_secs()
             )));

@@ -174,28 +174,41 @@ struct Shapes {
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
     tablevault_worker::process::end_quietly_on_closed_output();
-    let result = match Cli::parse().command {
-        Bench::Backup(c) => run_backup_bench(&c.into()).await,
-        Bench::Restore(c) => run_restore_bench(&c.into()).await,
-        Bench::Shapes(s) => {
-            run_shape_bench(&ShapeOptions {
-                entities: s.entities,
-                workers: s.workers as usize,
-                small_tables: s.small_tables,
-                only: s.only,
-                compare: s.compare,
-                sdk_python: s.sdk_python,
-                runs: s.runs as usize,
-                json: s.json,
-            })
-            .await
-        }
-        // Each simulation builds its own paused runtime, which must not nest in this one.
-        Bench::Simulate(s) => {
-            let opts = SimOptions::from(s);
-            tokio::task::spawn_blocking(move || tablevault_dev::sim::run(&opts))
+    let command = Cli::parse().command;
+    // Ctrl-C ends the bench at once: a terminal's interrupt also stops the emulators
+    // (one process group), and the bench went on retrying them for 90 s. Dropping the
+    // run stops the emulators it started.
+    let run = async move {
+        match command {
+            Bench::Backup(c) => run_backup_bench(&c.into()).await,
+            Bench::Restore(c) => run_restore_bench(&c.into()).await,
+            Bench::Shapes(s) => {
+                run_shape_bench(&ShapeOptions {
+                    entities: s.entities,
+                    workers: s.workers as usize,
+                    small_tables: s.small_tables,
+                    only: s.only,
+                    compare: s.compare,
+                    sdk_python: s.sdk_python,
+                    runs: s.runs as usize,
+                    json: s.json,
+                })
                 .await
-                .unwrap_or_else(|e| Err(anyhow::anyhow!("simulation panicked: {e}")))
+            }
+            // Each simulation builds its own paused runtime, which must not nest in this one.
+            Bench::Simulate(s) => {
+                let opts = SimOptions::from(s);
+                tokio::task::spawn_blocking(move || tablevault_dev::sim::run(&opts))
+                    .await
+                    .unwrap_or_else(|e| Err(anyhow::anyhow!("simulation panicked: {e}")))
+            }
+        }
+    };
+    let result = tokio::select! {
+        result = run => result,
+        _ = tokio::signal::ctrl_c() => {
+            eprintln!("interrupted");
+            return std::process::ExitCode::from(130);
         }
     };
     match result {
