@@ -126,7 +126,9 @@ impl TokenCache {
         let left = self.left(c.expires_on);
         let now = (self.clock)();
         let quiet = c.quiet_until.is_some_and(|q| now < q);
-        (now < c.refresh_at || (quiet && left > EXPIRY_SKEW)).then(|| c.token.clone())
+        // Never one about to expire, whatever its refresh time: a token issued for 33 s
+        // is due half-way, after it counts as expired.
+        ((now < c.refresh_at || quiet) && left > EXPIRY_SKEW).then(|| c.token.clone())
     }
 
     /// The cached token if it may still be handed out (more than [`EXPIRY_SKEW`] left).
@@ -394,6 +396,12 @@ mod tests {
         now.fetch_add(2, Ordering::SeqCst);
         assert_eq!(tok(c.get().await.unwrap()), "tok-2");
         assert_eq!(fake.fetches.load(Ordering::SeqCst), 2);
+        // A token of 33 s is due half-way, after it counts as expired: at 29 s left it
+        // is not handed out, whatever its refresh time says.
+        let (c, _fake, now) = cache(33);
+        assert_eq!(tok(c.get().await.unwrap()), "tok-1");
+        now.fetch_add(4, Ordering::SeqCst);
+        assert_eq!(tok(c.get().await.unwrap()), "tok-2");
     }
 
     #[tokio::test(start_paused = true)]
