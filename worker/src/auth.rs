@@ -26,7 +26,7 @@ pub struct AuthArgs {
     /// feature) or azure-cli (`az login`). AZURE_AUTHORITY_HOST sets the login endpoint.
     /// The auto choice: AZURE_FEDERATED_TOKEN_FILE set → workload; AZURE_CLIENT_SECRET set
     /// → client-secret; AZURE_CLIENT_CERTIFICATE_PATH set → client-certificate; a managed
-    /// identity id given, IDENTITY_ENDPOINT or MSI_ENDPOINT set, or an Azure VM → managed;
+    /// identity id given, IDENTITY_ENDPOINT and IDENTITY_HEADER set, or an Azure VM → managed;
     /// `az` on PATH → azure-cli; otherwise managed.
     #[arg(long, env = "TABLEVAULT_IDENTITY", global = true, value_name = "KIND", value_parser = parse_identity)]
     pub identity: Option<IdentityKind>,

@@ -79,8 +79,8 @@ pub struct IdentityConfig {
     pub certificate_password: Option<Secret<String>>,
     /// A user-assigned managed identity; none means system-assigned (or `AZURE_CLIENT_ID`).
     pub managed_identity: Option<ManagedIdentityId>,
-    /// Whether `IDENTITY_ENDPOINT` or `MSI_ENDPOINT` is set (App Service, Functions,
-    /// Container Apps, Arc, Cloud Shell): a managed identity is at hand.
+    /// Whether `IDENTITY_ENDPOINT` and `IDENTITY_HEADER` are set (App Service, Functions,
+    /// Container Apps): a managed identity the managed credential can reach is at hand.
     pub managed_endpoint: bool,
 }
 
@@ -107,7 +107,15 @@ impl IdentityConfig {
             certificate_path: get("AZURE_CLIENT_CERTIFICATE_PATH").map(PathBuf::from),
             certificate_password: get("AZURE_CLIENT_CERTIFICATE_PASSWORD").map(Secret::new),
             managed_identity: None,
-            managed_endpoint: get("IDENTITY_ENDPOINT").is_some() || get("MSI_ENDPOINT").is_some(),
+            // Only the endpoint the managed credential speaks to: App Service's and
+            // Container Apps' pair. `MSI_ENDPOINT` (Cloud Shell, Azure ML), Arc's
+            // `IMDS_ENDPOINT` and Service Fabric's thumbprint are other protocols, and
+            // `auto` chose a managed identity there that could never answer, where a
+            // signed-in `az` would have.
+            managed_endpoint: get("IDENTITY_ENDPOINT").is_some()
+                && get("IDENTITY_HEADER").is_some()
+                && get("IMDS_ENDPOINT").is_none()
+                && get("IDENTITY_SERVER_THUMBPRINT").is_none(),
         }
     }
 

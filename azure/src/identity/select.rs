@@ -10,7 +10,7 @@ use super::IdentityConfig;
 /// The `auto` rule, as `--help` states it.
 pub const AUTO_RULE: &str = "auto picks the first that applies: AZURE_FEDERATED_TOKEN_FILE set → workload; \
 AZURE_CLIENT_SECRET set → client-secret; AZURE_CLIENT_CERTIFICATE_PATH set → client-certificate; \
-a managed identity id given, IDENTITY_ENDPOINT or MSI_ENDPOINT set, or an Azure VM → managed; \
+a managed identity id given, IDENTITY_ENDPOINT and IDENTITY_HEADER set, or an Azure VM → managed; \
 `az` on PATH → azure-cli; otherwise managed (IMDS)";
 
 /// Which Entra ID credential to use.
@@ -151,7 +151,7 @@ pub(crate) fn choose(
     } else if config.managed_endpoint {
         (
             IdentityKind::Managed,
-            "auto: IDENTITY_ENDPOINT or MSI_ENDPOINT is set",
+            "auto: IDENTITY_ENDPOINT and IDENTITY_HEADER are set",
         )
     } else if around.azure_vm {
         (IdentityKind::Managed, "auto: this is an Azure VM")
@@ -220,5 +220,47 @@ mod tests {
         assert_eq!(choose(&c, none).0, IdentityKind::Managed);
         c.kind = IdentityKind::AzureCli;
         assert_eq!(choose(&c, none).0, IdentityKind::AzureCli);
+    }
+
+    /// Regression: `MSI_ENDPOINT` alone (Cloud Shell), Azure ML's `MSI_SECRET`, Arc's
+    /// `IMDS_ENDPOINT` and Service Fabric's thumbprint made `auto` choose a managed
+    /// identity, whose credential speaks none of those protocols ("managed identity
+    /// isn't supported", exit 2), though a signed-in `az` was on PATH.
+    #[test]
+    fn auto_picks_managed_only_where_the_credential_can_reach_it() {
+        let config = |vars: &[(&str, &str)]| {
+            let vars: Vec<(String, String)> = vars
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect();
+            IdentityConfig::from_vars(IdentityKind::Auto, move |name| {
+                vars.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone())
+            })
+        };
+        let cli = Surroundings {
+            az_on_path: true,
+            azure_vm: false,
+        };
+        let app_service = config(&[("IDENTITY_ENDPOINT", "http://x"), ("IDENTITY_HEADER", "h")]);
+        assert_eq!(choose(&app_service, cli).0, IdentityKind::Managed);
+        for others in [
+            &[("MSI_ENDPOINT", "http://x")][..],
+            &[("MSI_ENDPOINT", "http://x"), ("MSI_SECRET", "s")],
+            &[
+                ("IDENTITY_ENDPOINT", "http://x"),
+                ("IMDS_ENDPOINT", "http://y"),
+            ],
+            &[
+                ("IDENTITY_ENDPOINT", "http://x"),
+                ("IDENTITY_HEADER", "h"),
+                ("IDENTITY_SERVER_THUMBPRINT", "t"),
+            ],
+        ] {
+            assert_eq!(
+                choose(&config(others), cli).0,
+                IdentityKind::AzureCli,
+                "{others:?}"
+            );
+        }
     }
 }
