@@ -310,16 +310,17 @@ async fn decide(
         && cut
             .rest
             .is_some_and(|rest| rest > CHECKED_EXTRAPOLATION * read || shifting(rest));
-    let read_keys: Vec<&str> = input.read_from.map(|(from, _)| from).into_iter().collect();
+    let read_from = input.read_from.map(|(from, _)| from);
+    let read_keys = read_from.as_slice();
     let checked = match (&fanned, hi.as_deref()) {
         _ if !doubtful => None,
         (Some((points, _)), _) if points.len() >= 2 => {
             let i = (points.len() - 1) / 2;
             Some((points[i].clone(), points[i + 1].clone()))
         }
-        (None, Some(hi)) => scale::point_below(input.lo, hi, cut.share, &read_keys).map(|at| {
+        (None, Some(hi)) => scale::point_below(input.lo, hi, cut.share, read_keys).map(|at| {
             let half =
-                scale::point_below(&at, hi, 0.5, &read_keys).unwrap_or_else(|| hi.to_string());
+                scale::point_below(&at, hi, 0.5, read_keys).unwrap_or_else(|| hi.to_string());
             (at, half)
         }),
         _ => None,

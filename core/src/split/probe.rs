@@ -609,8 +609,10 @@ pub(super) async fn cut_value(
         let hi = cluster_or(p, dim, hi, page, lo).await?;
         return bisect(p, dim, lo, hi, share).await;
     }
-    let read: Vec<&str> = read_from.into_iter().collect();
-    if let Some(at) = hi.as_deref().and_then(|h| point_below(lo, h, share, &read)) {
+    if let Some(at) = hi
+        .as_deref()
+        .and_then(|h| point_below(lo, h, share, read_from.as_slice()))
+    {
         return Ok(Some(at));
     }
     bisect(p, dim, lo, hi, share).await

@@ -298,7 +298,9 @@ struct Scale {
 }
 
 impl Scale {
-    /// `also`: keys known to lie between the bounds, whose tails' classes count too.
+    /// `also`: keys known to lie between the bounds, or read below them, whose tails'
+    /// classes count too where they share the bounds' common prefix (a key under
+    /// another prefix says nothing of the places after this one).
     fn new(lo: &str, hi: Option<&str>, places: usize, also: &[&str]) -> Self {
         let a = ords(lo);
         let b: Option<Vec<u32>> = hi.map(ords);
@@ -320,7 +322,7 @@ impl Scale {
                 let mut tails: Vec<Vec<u32>> = also
                     .iter()
                     .map(|k| ords(k))
-                    .filter(|k| k.len() >= common)
+                    .filter(|k| k.starts_with(&a[..common]))
                     .map(|k| tail(&k))
                     .collect();
                 tails.push(tail(&a));
@@ -663,16 +665,8 @@ pub(super) fn bump(s: &[u16], pos: usize, steps: usize) -> Option<String> {
 /// in the alphabet of the bounds and of keys read below `lo` that share their common
 /// prefix (`read`).
 pub(super) fn point_below(lo: &str, hi: &str, share: f64, read: &[&str]) -> Option<String> {
-    let at = point_in_time(lo, Some(hi), share).unwrap_or_else(|| {
-        let common = common_units(&ords(lo), &ords(hi));
-        let prefix: String = lo.chars().take(common).collect();
-        let also: Vec<&str> = read
-            .iter()
-            .copied()
-            .filter(|k| k.starts_with(&prefix))
-            .collect();
-        point_by_characters_among(lo, Some(hi), share, &also)
-    });
+    let at = point_in_time(lo, Some(hi), share)
+        .unwrap_or_else(|| point_by_characters_among(lo, Some(hi), share, read));
     (cmp_keys(&at, lo).is_gt() && cmp_keys(&at, hi).is_lt()).then_some(at)
 }
 
