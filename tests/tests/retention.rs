@@ -472,24 +472,20 @@ async fn retention_goes_by_the_service_clock() {
 async fn the_newest_backup_by_the_service_clock_stays() {
     let s = numbered("order", 2, 20).await;
     let blobs = store(&s.t);
-    let older = run_backup(
-        &backup_of(&s.env.account, &s.table),
-        &s.t,
-        &watch_opts(1, &s.env.account),
-    )
-    .await
-    .unwrap()
-    .backup_id;
+    let back_up = || async {
+        run_backup(
+            &backup_of(&s.env.account, &s.table),
+            &s.t,
+            &watch_opts(1, &s.env.account),
+        )
+        .await
+        .unwrap()
+        .backup_id
+    };
+    let older = back_up().await;
     // Manifests a second apart at least, as the service dates them.
     tokio::time::sleep(Duration::from_millis(1100)).await;
-    let newer = run_backup(
-        &backup_of(&s.env.account, &s.table),
-        &s.t,
-        &watch_opts(1, &s.env.account),
-    )
-    .await
-    .unwrap()
-    .backup_id;
+    let newer = back_up().await;
     // The newer one's coordinator was ten minutes slow.
     let slow = retention::now() - 600;
     let p = BackupPaths::new(&newer);

@@ -272,6 +272,25 @@ fn a_task_that_has_read_much_keeps_less_of_the_rest() {
     }
 }
 
+/// What a task read of a table that begins with 100 entities in partition `a`: them
+/// and the first 2,000 of partition `b`, which `continues` past the page read ahead
+/// or ends on it.
+fn read_100_of_a_and_2000_of_b(t: &Sorted, continues: bool) -> ReadSoFar<'_> {
+    ReadSoFar {
+        first: &t.0[0],
+        entities: 2_100,
+        partition: Some(PartitionRead {
+            first_rk: "00000",
+            entities: 2_000,
+            continues,
+            more: continues,
+        }),
+        largest_partition: 2_000,
+        last_page: None,
+        planned: true,
+    }
+}
+
 #[test]
 fn a_large_partition_is_cut_inside_even_when_later_ones_follow() {
     // Partition "b" holds 5,000 entities between small ones; a task read "a" and
@@ -285,19 +304,7 @@ fn a_large_partition_is_cut_inside_even_when_later_ones_follow() {
     let after = EntityKey::new("b", "01999");
     let next = EntityKey::new("c00", "r");
     let split_with = |continues: bool, unpaced: bool| {
-        let read = ReadSoFar {
-            first: &t.0[0],
-            entities: 2_100,
-            partition: Some(PartitionRead {
-                first_rk: "00000",
-                entities: 2_000,
-                continues,
-                more: continues,
-            }),
-            largest_partition: 2_000,
-            last_page: None,
-            planned: true,
-        };
+        let read = read_100_of_a_and_2000_of_b(&t, continues);
         run(find_split(
             &t,
             &after,
@@ -2713,20 +2720,7 @@ fn partitions_after_a_large_one_go_to_a_task_of_their_own() {
     let t = Sorted::new(keys);
     let after = EntityKey::new("b", "01999");
     let split_with = |probe: &dyn KeyProbe| {
-        let read = ReadSoFar {
-            first: &t.0[0],
-            entities: 2_100,
-            partition: Some(PartitionRead {
-                first_rk: "00000",
-                entities: 2_000,
-                continues: true,
-                more: true,
-            }),
-            largest_partition: 2_000,
-            last_page: None,
-            planned: true,
-        };
-        unbounded_split(probe, &after, None, read)
+        unbounded_split(probe, &after, None, read_100_of_a_and_2000_of_b(&t, true))
     };
     let s = split_with(&t).expect("a cut");
     assert_eq!(s.at, EntityKey::partition_start("c00"), "{s:?}");
