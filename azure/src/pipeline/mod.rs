@@ -91,10 +91,15 @@ impl Default for ClientOptions {
 
 /// Adds authorization to a request: a Shared Key header, a bearer token, or nothing (SAS
 /// is already in the URL). Called for every attempt so each one has a fresh signature.
+///
+/// While a bearer token is awaited (not at hand in the cache), `waiting` says so: an
+/// operation whose deadline passes then names the identity provider, not the storage
+/// host, which a hung token endpoint was once blamed on ("no answer").
 async fn authorize(
     request: &mut reqwest::Request,
     credential: &Credential,
     scheme: SigningScheme,
+    waiting: &std::sync::Mutex<Option<String>>,
 ) -> Result<()> {
     match credential {
         Credential::SharedKey(key) => {
@@ -108,10 +113,20 @@ async fn authorize(
             request.headers_mut().insert("authorization", value);
         }
         Credential::Token(provider) => {
-            let token = provider
-                .token()
-                .await
-                .map_err(|e| Error::Auth(e.to_string()))?;
+            let mut fetch = provider.token();
+            let token = match futures::poll!(&mut fetch) {
+                std::task::Poll::Ready(token) => token,
+                std::task::Poll::Pending => {
+                    let who = provider.identity().unwrap_or_else(|| "the identity".into());
+                    let before = waiting.lock().expect("last error").replace(format!(
+                        "waiting for an Entra ID token for {who} from its identity provider"
+                    ));
+                    let token = fetch.await;
+                    *waiting.lock().expect("last error") = before;
+                    token
+                }
+            }
+            .map_err(|e| Error::Auth(e.to_string()))?;
             let mut v = HeaderValue::from_str(&format!("Bearer {}", token.expose()))
                 .map_err(|_| Error::Auth("token is not valid header text".into()))?;
             v.set_sensitive(true);
@@ -371,9 +386,8 @@ impl ServiceClient {
         }
     }
 
-    /// One attempt. `waiting` is what the operation's deadline names as its last error:
-    /// while a bearer token is awaited, the identity provider, not the storage host,
-    /// which a hung token endpoint was once blamed on ("no answer").
+    /// One attempt. `waiting` is what the operation's deadline names as its last error
+    /// ([`authorize`]).
     async fn attempt(
         &self,
         req: &Request,
@@ -399,19 +413,7 @@ impl ServiceClient {
             headers.insert("content-length", HeaderValue::from(req.body.len()));
             *request.body_mut() = Some(req.body.clone().into());
         }
-        let before = match &self.credential {
-            Credential::Token(provider) => {
-                let who = provider.identity().unwrap_or_else(|| "the identity".into());
-                Some(waiting.lock().expect("last error").replace(format!(
-                    "waiting for an Entra ID token for {who} from its identity provider"
-                )))
-            }
-            _ => None,
-        };
-        authorize(&mut request, &self.credential, self.scheme).await?;
-        if let Some(before) = before {
-            *waiting.lock().expect("last error") = before;
-        }
+        authorize(&mut request, &self.credential, self.scheme, waiting).await?;
 
         tracing::debug!(op = req.op, method = %req.method, path = %req.path, "request");
         let started = std::time::Instant::now();
@@ -426,7 +428,8 @@ impl ServiceClient {
         })?;
         let status = response.status();
         let headers = response.headers().clone();
-        let body = match req.max_body.filter(|_| status.is_success()) {
+        let limit = req.max_body.filter(|_| status.is_success());
+        let body = match limit {
             Some(limit) => read_at_most(response, limit).await,
             None => response.bytes().await.map(Some),
         }
@@ -434,11 +437,12 @@ impl ServiceClient {
             observe(AttemptOutcome::Transport);
             Error::from_reqwest(req.op, &self.host, e)
         })?;
+        // Only a read with a limit comes back without a body.
         let Some(body) = body else {
             observe(AttemptOutcome::Status(status.as_u16()));
             return Err(Error::ResponseTooLarge {
                 op: req.op,
-                limit: req.max_body.unwrap_or_default(),
+                limit: limit.unwrap_or_default(),
             });
         };
         observe(AttemptOutcome::Status(status.as_u16()));
