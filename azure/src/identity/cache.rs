@@ -221,11 +221,8 @@ impl TokenCache {
         let token = Secret::new(access.token.secret().to_string());
         tracing::debug!(identity = %self.identity, expires_in_s = left.as_secs(), "new Entra ID token");
         *self.claims.lock().expect("claims") = Claims::decode(token.expose());
-        let lifetime =
-            azure_core::time::Duration::try_from(left).unwrap_or(azure_core::time::Duration::ZERO);
-        let before = azure_core::time::Duration::try_from(REFRESH_BEFORE)
-            .unwrap_or(azure_core::time::Duration::ZERO)
-            .min(lifetime / 2);
+        let before = azure_core::time::Duration::try_from(REFRESH_BEFORE.min(left / 2))
+            .unwrap_or(azure_core::time::Duration::ZERO);
         *self.current.lock().expect("token cache") = Some(Cached {
             token: token.clone(),
             expires_on: access.expires_on,
