@@ -543,9 +543,7 @@ pub async fn watch(
                 "finalize called on an incomplete backup".into(),
             ));
         };
-        report.entities = manifest.entities;
-        report.raw_bytes = manifest.raw_bytes;
-        report.stored_bytes = manifest.stored_bytes;
+        report.fill_from_manifest(&manifest);
         report.tasks_total = report.tasks_total.max(state.task_count());
         report.largest_task_entities = manifest
             .tables
@@ -553,27 +551,10 @@ pub async fn watch(
             .flat_map(|t| &t.ranges)
             .map(|r| r.entities)
             .max();
-        report.tables = table_reports(&manifest);
     }
     report.timed(started.elapsed().as_secs_f64());
     report.peak_rss_bytes = peak_rss_bytes();
     Ok(report)
-}
-
-/// Each table of a complete backup as its manifest has it: the ranges committed,
-/// split-off ones included.
-fn table_reports(manifest: &Manifest) -> Vec<TableReport> {
-    manifest
-        .tables
-        .iter()
-        .map(|t| TableReport {
-            name: t.name.clone(),
-            entities: t.entities,
-            ranges: t.ranges.len(),
-            raw_bytes: t.raw_bytes,
-            stored_bytes: t.stored_bytes,
-        })
-        .collect()
 }
 
 /// A report of the state as it is (committed tasks only).
@@ -754,10 +735,7 @@ pub async fn status(
             finalize(&store, &state).await?;
         }
         let mut report = report_from_state(&state, location, JobStatus::Complete);
-        report.entities = manifest.entities;
-        report.raw_bytes = manifest.raw_bytes;
-        report.stored_bytes = manifest.stored_bytes;
-        report.tables = table_reports(&manifest);
+        report.fill_from_manifest(&manifest);
         return Ok(report);
     }
     if what.retry_poisoned && !state.poisoned().is_empty() {

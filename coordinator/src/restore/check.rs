@@ -122,24 +122,22 @@ pub(super) async fn finish_writing(
             "deleted the entities the backup does not hold"
         );
     }
+    if job.verify {
+        if let Some(p) = progress {
+            p.phase("verify");
+        }
+        let verification = restored.check(job, report, progress).await;
+        if let Some(p) = progress {
+            p.finish();
+        }
+        let verification = verification?;
+        if !verification.ok {
+            report.status = JobStatus::Mismatch;
+        }
+        report.verification = Some(verification);
+    }
     // The report's peak memory covers the deletions and the check too.
     report.peak_rss_bytes = crate::report::peak_rss_bytes();
-    if !job.verify {
-        return Ok(());
-    }
-    if let Some(p) = progress {
-        p.phase("verify");
-    }
-    let verification = restored.check(job, report, progress).await;
-    if let Some(p) = progress {
-        p.finish();
-    }
-    report.peak_rss_bytes = crate::report::peak_rss_bytes();
-    let verification = verification?;
-    if !verification.ok {
-        report.status = JobStatus::Mismatch;
-    }
-    report.verification = Some(verification);
     Ok(())
 }
 
