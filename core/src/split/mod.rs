@@ -23,8 +23,8 @@ mod share;
 pub use probe::{CountingProbe, KeyProbe, MAX_PROBES, Probe, Sample, TableProbe};
 pub use scale::{fraction, increment, midpoint, point_at};
 pub use share::{
-    LARGE_PARTITION_READ, MAX_PIECES, MIN_SPLIT_ENTITIES, PIECE_ENTITIES, balanced_share,
-    fan_out_shares,
+    INSIDE_PARTITION_READ, LARGE_PARTITION_READ, MAX_PIECES, MIN_SPLIT_ENTITIES, PIECE_ENTITIES,
+    balanced_share, fan_out_shares,
 };
 
 use probe::{
@@ -567,11 +567,20 @@ pub async fn find_split(
         || learned
             .as_ref()
             .is_some_and(|c| c.pk == after.pk && !c.rk.is_empty());
-    // A large partition is cut inside even when later ones follow.
+    // A large partition is cut inside even when later ones follow: one the task began
+    // in from `LARGE_PARTITION_READ` read, one it entered from `INSIDE_PARTITION_READ`.
     let inside_large = unpaced
-        && read
-            .and_then(|r| r.partition)
-            .is_some_and(|p| p.continues && p.entities >= LARGE_PARTITION_READ);
+        && read.is_some_and(|r| {
+            r.partition.is_some_and(|p| {
+                let entered = r.first.pk != after.pk;
+                let large = if entered {
+                    INSIDE_PARTITION_READ
+                } else {
+                    LARGE_PARTITION_READ
+                };
+                p.continues && p.entities >= large
+            })
+        });
     // What was read measures the partitions after it by: not a large partition's
     // entities (see below), and nothing when all of it lies in `from_pk`'s partition,
     // or in the partition it is still reading (counted as if that partition ended
