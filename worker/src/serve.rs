@@ -78,9 +78,9 @@ pub async fn serve(
     let listener = tokio::net::TcpListener::bind(addr).await?;
     let bound = listener.local_addr()?;
     let app = Router::new()
-        .route("/metrics", get(render_metrics))
-        .route("/healthz", get(healthz))
-        .route("/readyz", get(readyz))
+        .route(METRICS_PATH, get(render_metrics))
+        .route(LIVENESS_PATH, get(healthz))
+        .route(READINESS_PATH, get(readyz))
         .with_state(Shared { metrics, health });
     let handle = tokio::spawn(async move {
         let served = axum::serve(listener, app)
@@ -94,12 +94,20 @@ pub async fn serve(
     Ok((bound, handle))
 }
 
+/// Where the metrics are served (the PodMonitor's `path`).
+pub const METRICS_PATH: &str = "/metrics";
+/// The liveness probe's path.
+pub const LIVENESS_PATH: &str = "/healthz";
+/// The readiness probe's path.
+pub const READINESS_PATH: &str = "/readyz";
+
+/// The metrics' content type: `prometheus_client` writes OpenMetrics text (`# EOF` at
+/// the end, counters typed without their `_total`), not Prometheus' 0.0.4 format.
+pub const METRICS_CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
 async fn render_metrics(State(s): State<Shared>) -> impl IntoResponse {
     (
-        [(
-            header::CONTENT_TYPE,
-            "text/plain; version=0.0.4; charset=utf-8",
-        )],
+        [(header::CONTENT_TYPE, METRICS_CONTENT_TYPE)],
         s.metrics.render(),
     )
 }
@@ -167,6 +175,11 @@ mod tests {
         let (status, body) = get(addr, "/metrics").await;
         assert_eq!(status, 200);
         assert!(body.contains("tablevault_tasks_claimed_total{kind=\"backup\"} 1"));
+        assert!(
+            body.contains(&format!("content-type: {METRICS_CONTENT_TYPE}\r\n")),
+            "{body}"
+        );
+        assert!(body.ends_with("# EOF\n"), "OpenMetrics text: {body}");
         health.drain();
         let (status, body) = get(addr, "/readyz").await;
         assert_eq!((status, body.ends_with("draining\n")), (503, true));
