@@ -15,7 +15,19 @@
 //     overlays (separate identities and queues per pool, no clashing names). Without it
 //     this step is skipped, and says so.
 //
-// Usage: node validate.mjs [DIR] [--no-render | --require-render]
+//  5. With --facts=FILE (what the binaries serve, written by tests/tests/deploy.rs from
+//     the worker's own constants and metrics registry: {"paths": {"metrics", "liveness",
+//     "readiness"}, "metrics": [sample names]}), the manifests are checked against it:
+//     the metrics address' port is a container port, the probes reach it on the
+//     worker's paths, the PodMonitor scrapes that port and path of the worker's pods,
+//     and every tablevault_* series an alert names is one the worker serves. Across
+//     overlays: each pool's KEDA accountName is its backup account's, and the nightly
+//     backup reads the backup pool's accounts.
+//  6. With --invocations=FILE, every command a container runs (argv, and the env its
+//     ConfigMaps and `env` give it) is written there as JSON, for the test to parse
+//     with the binaries' own argument parsers.
+//
+// Usage: node validate.mjs [DIR] [--no-render | --require-render] [--facts=FILE] [--invocations=FILE]
 // Exit status 0 when everything holds, 1 with a list of errors otherwise, 2 on misuse.
 
 import { spawnSync } from "node:child_process";
@@ -60,9 +72,23 @@ const KUSTOMIZATION_DEPRECATED = {
 // ---------------------------------------------------------------------------------------
 
 const args = process.argv.slice(2);
-const flags = new Set(args.filter((a) => a.startsWith("--")));
+const flags = new Set(args.filter((a) => a.startsWith("--") && !a.includes("=")));
+const options = Object.fromEntries(
+  args.filter((a) => a.startsWith("--") && a.includes("=")).map((a) => [a.slice(0, a.indexOf("=")), a.slice(a.indexOf("=") + 1)]),
+);
 for (const f of flags) {
   if (f !== "--no-render" && f !== "--require-render") usage(`unknown option ${f}`);
+}
+for (const o of Object.keys(options)) {
+  if (o !== "--facts" && o !== "--invocations") usage(`unknown option ${o}`);
+}
+let FACTS = null;
+if (options["--facts"]) {
+  try {
+    FACTS = JSON.parse(fs.readFileSync(options["--facts"], "utf8"));
+  } catch (e) {
+    usage(`--facts: ${e.message}`);
+  }
 }
 const positional = args.filter((a) => !a.startsWith("--"));
 if (positional.length > 1) usage("one directory at most");
@@ -70,7 +96,7 @@ const ROOT = path.resolve(positional[0] ?? path.join(HERE, "../kubernetes"));
 if (!fs.existsSync(ROOT) || !fs.statSync(ROOT).isDirectory()) usage(`${ROOT} is not a directory`);
 
 function usage(msg) {
-  console.error(`validate.mjs: ${msg}\nusage: node validate.mjs [DIR] [--no-render | --require-render]`);
+  console.error(`validate.mjs: ${msg}\nusage: node validate.mjs [DIR] [--no-render | --require-render] [--facts=FILE] [--invocations=FILE]`);
   process.exit(2);
 }
 
@@ -693,9 +719,237 @@ function crossChecks() {
 crossChecks();
 
 // ---------------------------------------------------------------------------------------
+// 5 and 6. Against the binaries: what each overlay runs, with the env it gets.
+
+// Reads KEY=VALUE lines and literals into `data`.
+function generatorData(dir, g, data) {
+  for (const l of g.literals ?? []) {
+    const [key, ...v] = String(l).split("=");
+    data[key] = v.join("=");
+  }
+  for (const e of g.envs ?? []) {
+    const p = path.join(dir, e);
+    if (!fs.existsSync(p)) continue;
+    for (const line of fs.readFileSync(p, "utf8").split("\n")) {
+      const t = line.trim();
+      if (!t || t.startsWith("#")) continue;
+      const [key, ...v] = t.split("=");
+      data[key] = v.join("=");
+    }
+  }
+  return data;
+}
+
+// An overlay built from its sources without kubectl: the resources of its bases and its
+// own, and its ConfigMaps, merged down the chain as kustomize's `behavior: merge` does.
+// Patches are not applied (the checks below read what they set where they need it).
+function buildUnrendered(dir) {
+  const k = kustomizations.get(dir);
+  const out = { docs: [], configMaps: new Map() };
+  if (!k) return out;
+  for (const e of k.resources ?? []) {
+    if (typeof e !== "string") continue;
+    const p = path.resolve(dir, e);
+    if (!fs.existsSync(p)) continue;
+    if (fs.statSync(p).isDirectory()) {
+      const base = buildUnrendered(p);
+      out.docs.push(...base.docs);
+      for (const [n, d] of base.configMaps) out.configMaps.set(n, { ...d });
+    } else {
+      out.docs.push(...sourceDocs.filter((d) => d.file === p && !d.partial).map((d) => d.obj));
+    }
+  }
+  for (const g of k.configMapGenerator ?? []) {
+    const start = g.behavior === "merge" ? { ...(out.configMaps.get(g.name) ?? {}) } : {};
+    out.configMaps.set(g.name, generatorData(dir, g, start));
+  }
+  return out;
+}
+
+function overlayBuild(relDir) {
+  if (rendered?.has(relDir)) {
+    const objs = rendered.get(relDir);
+    const configMaps = new Map(objs.filter((o) => o.kind === "ConfigMap").map((o) => [o.metadata?.name, o.data ?? {}]));
+    return { docs: objs, configMaps };
+  }
+  return buildUnrendered(path.join(ROOT, relDir));
+}
+
+// The value an overlay's inline JSON patches set at a path ending in `suffix`, if any.
+function patchedValue(relDir, suffix) {
+  const k = kustomizations.get(path.join(ROOT, relDir));
+  for (const p of k?.patches ?? []) {
+    if (typeof p?.patch !== "string") continue;
+    let ops;
+    try {
+      ops = YAML.parse(p.patch);
+    } catch {
+      continue;
+    }
+    for (const op of Array.isArray(ops) ? ops : []) {
+      if ((op?.op === "replace" || op?.op === "add") && String(op.path).endsWith(suffix)) return op.value;
+    }
+  }
+  return undefined;
+}
+
+// Every container of every workload: where, argv, env (ConfigMaps first, then `env`).
+function containersOf(relDir) {
+  const { docs, configMaps } = overlayBuild(relDir);
+  const out = [];
+  for (const obj of docs) {
+    if (!WORKLOAD_KINDS.has(obj?.kind)) continue;
+    const pod = podSpecOf(obj);
+    const all = [...(pod?.spec?.initContainers ?? []), ...(pod?.spec?.containers ?? [])];
+    for (const c of all) {
+      const env = {};
+      for (const e of c.envFrom ?? []) {
+        Object.assign(env, configMaps.get(e.configMapRef?.name) ?? {});
+      }
+      for (const e of c.env ?? []) if (typeof e.value === "string") env[e.name] = e.value;
+      out.push({
+        where: `${relDir} ${obj.kind}/${obj.metadata?.name} container ${c.name}`,
+        argv: [...(c.command ?? []), ...(c.args ?? [])].map(String),
+        env,
+        container: c,
+        pod: pod.meta,
+        kind: obj.kind,
+      });
+    }
+  }
+  return out;
+}
+
+// The value of `--flag VALUE` or `--flag=VALUE` in argv.
+function flagValue(argv, flag) {
+  for (const [i, a] of argv.entries()) {
+    if (a === flag) return argv[i + 1];
+    if (a.startsWith(`${flag}=`)) return a.slice(flag.length + 1);
+  }
+  return undefined;
+}
+
+// The account name of an account URL (https://<name>.<service>.core.windows.net).
+function accountOf(url) {
+  const m = /^https?:\/\/([a-z0-9]+)\.(blob|queue|table)\./i.exec(String(url ?? ""));
+  return m ? m[1] : null;
+}
+
+const overlayDirs = overlays.map((d) => rel(d));
+const invocations = overlayDirs.flatMap((d) => containersOf(d));
+
+function factChecks() {
+  const paths = FACTS.paths ?? {};
+  const served = new Set(FACTS.metrics ?? []);
+  // The worker pods: ports, probes, the metrics address.
+  const workerPods = [];
+  for (const inv of invocations.filter((i) => i.kind === "Deployment" && path.basename(i.argv[0] ?? "") === "tablevault-worker")) {
+    const c = inv.container;
+    workerPods.push(inv);
+    const addr = flagValue(inv.argv, "--metrics-addr") ?? inv.env.TABLEVAULT_METRICS_ADDR;
+    const ports = c.ports ?? [];
+    if (!addr) {
+      error(inv.where, "no metrics address (TABLEVAULT_METRICS_ADDR or --metrics-addr): the probes and the PodMonitor have nothing to reach");
+      continue;
+    }
+    const port = Number(String(addr).split(":").pop());
+    const served_ = ports.find((p) => p.containerPort === port);
+    if (!served_) {
+      error(inv.where, `the worker serves on port ${port} (${addr}), which is no containerPort (${ports.map((p) => p.containerPort).join(", ") || "none"})`);
+    }
+    for (const [probe, wanted] of [["livenessProbe", paths.liveness], ["readinessProbe", paths.readiness]]) {
+      const g = c[probe]?.httpGet;
+      if (!g) continue;
+      const probePort = typeof g.port === "string" ? ports.find((p) => p.name === g.port)?.containerPort : g.port;
+      if (probePort !== port) {
+        error(inv.where, `${probe} asks port ${g.port} (${probePort ?? "no such port"}), but the worker serves on ${port}`);
+      }
+      if (wanted && g.path !== wanted) error(inv.where, `${probe} asks ${g.path}, but the worker serves it on ${wanted}`);
+    }
+  }
+  // The PodMonitor: the worker pods' metrics port and path.
+  for (const relDir of overlayDirs) {
+    for (const obj of overlayBuild(relDir).docs.filter((o) => o?.kind === "PodMonitor")) {
+      const where = `${relDir} PodMonitor/${obj.metadata?.name}`;
+      const selector = obj.spec?.selector?.matchLabels ?? {};
+      const selected = workerPods.filter((w) => Object.entries(selector).every(([k, v]) => w.pod?.labels?.[k] === v));
+      if (workerPods.length && !selected.length) error(where, `selects no worker pod (${JSON.stringify(selector)})`);
+      for (const [i, ep] of (obj.spec?.podMetricsEndpoints ?? []).entries()) {
+        if (paths.metrics && (ep.path ?? "/metrics") !== paths.metrics) {
+          error(where, `podMetricsEndpoints[${i}].path ${ep.path}: the worker serves metrics on ${paths.metrics}`);
+        }
+        for (const w of selected) {
+          if (ep.port && !(w.container.ports ?? []).some((p) => p.name === ep.port)) {
+            error(where, `podMetricsEndpoints[${i}].port ${ep.port} is no port of ${w.where}`);
+          }
+        }
+      }
+    }
+    // Alerts: every tablevault_* series is one the worker serves.
+    for (const obj of overlayBuild(relDir).docs.filter((o) => o?.kind === "PrometheusRule")) {
+      for (const g of obj.spec?.groups ?? []) {
+        for (const r of g.rules ?? []) {
+          for (const name of String(r.expr ?? "").match(/\btablevault_[a-z0-9_]+/g) ?? []) {
+            if (!served.has(name)) {
+              error(`${relDir} PrometheusRule/${obj.metadata?.name}`, `${r.alert ?? r.record}: ${name} is no series the worker serves`);
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+// Accounts that must agree across overlays (need no facts).
+function accountChecks() {
+  const poolEnv = (relDir) => {
+    const w = containersOf(relDir).find((i) => path.basename(i.argv[0] ?? "") === "tablevault-worker");
+    return w?.env ?? {};
+  };
+  for (const relDir of Object.values(POOLS)) {
+    if (!kustomizations.has(path.join(ROOT, relDir))) continue;
+    const env = poolEnv(relDir);
+    const backupAccount = accountOf(env.TABLEVAULT_BACKUP);
+    let keda = [];
+    if (rendered?.has(relDir)) {
+      keda = rendered.get(relDir).filter((o) => o.kind === "ScaledObject").flatMap((o) => (o.spec?.triggers ?? []).map((t) => t.metadata?.accountName));
+    } else {
+      const patched = patchedValue(relDir, "/metadata/accountName");
+      keda = patched !== undefined ? [patched] : [];
+    }
+    for (const name of keda) {
+      if (backupAccount && name !== backupAccount) {
+        error(relDir, `KEDA watches the queue in account ${name}, but the workers' queue is in ${backupAccount} (TABLEVAULT_BACKUP): the pool would never scale up`);
+      }
+    }
+  }
+  const sched = kustomizations.has(path.join(ROOT, SCHEDULED_BACKUP)) ? containersOf(SCHEDULED_BACKUP) : [];
+  const backupPool = kustomizations.has(path.join(ROOT, POOLS.backup)) ? poolEnv(POOLS.backup) : {};
+  for (const inv of sched) {
+    for (const key of ["TABLEVAULT_BACKUP", "TABLEVAULT_SOURCE"]) {
+      if (inv.env[key] && backupPool[key] && inv.env[key] !== backupPool[key]) {
+        error(inv.where, `${key} is ${inv.env[key]}, but the backup pool's is ${backupPool[key]}: its tasks would name accounts the pool does not serve`);
+      }
+    }
+  }
+}
+
+accountChecks();
+let factsNote = "not checked against the binaries (no --facts)";
+if (FACTS) {
+  factChecks();
+  factsNote = `checked against the binaries' facts (${(FACTS.metrics ?? []).length} series)`;
+}
+if (options["--invocations"]) {
+  const out = invocations.map(({ where, argv, env }) => ({ where, argv, env }));
+  fs.writeFileSync(options["--invocations"], JSON.stringify(out, null, 1));
+}
+
+// ---------------------------------------------------------------------------------------
 
 const checked = `${kustomizations.size} kustomization(s), ${sourceDocs.length} source document(s), ${overlays.length} overlay(s)`;
 console.log(renderNote);
+console.log(`probes, ports, metrics and alerts ${factsNote}`);
 if (errors.length) {
   for (const e of errors) console.log(`ERROR ${e}`);
   console.log(`deploy validation FAILED in ${rel(ROOT) === "." ? ROOT : ROOT}: ${errors.length} error(s) (${checked})`);

@@ -7,6 +7,7 @@
 //! `tablevault-worker` daemon.
 
 pub mod accounts;
+pub mod args;
 pub mod attempt;
 pub mod auth;
 mod beats;

@@ -8,85 +8,12 @@ use std::time::Duration;
 use clap::Parser;
 use tablevault_azure::StorageAccount;
 use tablevault_azure::config::{AccountSetting, FALLBACK_ENV, fallback_configured};
-use tablevault_core::protocol::{DEFAULT_QUEUE, DEFAULT_WORKER_CONCURRENCY};
-use tablevault_worker::auth::AuthArgs;
-use tablevault_worker::lease::{MAX_VISIBILITY_SECONDS, MIN_VISIBILITY_SECONDS};
+use tablevault_worker::args::WorkerArgs;
 use tablevault_worker::process::{BACKUP, SOURCE, TARGET};
-use tablevault_worker::process::{
-    LogFormat, init_logging, print_failure, shutdown_on_signal, tune_allocator,
-};
+use tablevault_worker::process::{init_logging, print_failure, shutdown_on_signal, tune_allocator};
 use tablevault_worker::serve::serve;
 use tablevault_worker::{AccountSet, Worker, WorkerConfig, WorkerStats};
 use tokio_util::sync::CancellationToken;
-
-/// Runs tablevault backup and restore tasks from the queue in the backup account.
-///
-/// Start as many as you like, anywhere: they share the queue, and each task is committed
-/// exactly once however often it is delivered. Connection strings can come from the
-/// environment instead of the command line (recommended: arguments are visible to other
-/// users of the machine).
-#[derive(Parser, Debug)]
-#[command(version, about, long_about)]
-struct Args {
-    /// Connection string of the account holding the task queue and the backups.
-    #[arg(
-        long,
-        env = "TABLEVAULT_BACKUP",
-        hide_env_values = true,
-        value_name = "CONN"
-    )]
-    backup: Option<String>,
-    /// Connection string of an account to back up tables from (repeat for several).
-    /// Falls back to AZURE_STORAGE_CONNECTION_STRING.
-    #[arg(
-        long,
-        env = "TABLEVAULT_SOURCE",
-        hide_env_values = true,
-        value_name = "CONN"
-    )]
-    source: Vec<String>,
-    /// Connection string of an account to restore tables into (repeat for several).
-    /// Falls back to AZURE_STORAGE_CONNECTION_STRING.
-    #[arg(
-        long,
-        env = "TABLEVAULT_TARGET",
-        hide_env_values = true,
-        value_name = "CONN"
-    )]
-    target: Vec<String>,
-    /// Tasks to run at once. Each holds two pages of entities (at most 8 MiB of
-    /// response each, however large the entities) and a block or two in memory: a few
-    /// MiB with compressed blocks and entities of a few KB, up to about 30 MiB with
-    /// large entities or with --compression none on the coordinator.
-    #[arg(
-        long,
-        default_value_t = DEFAULT_WORKER_CONCURRENCY as u16,
-        value_parser = clap::value_parser!(u16).range(1..=256)
-    )]
-    concurrency: u16,
-    /// Task queue name (the coordinator's --queue). Separate queues let separate pools
-    /// serve backups and restores with separate credentials.
-    #[arg(long, env = "TABLEVAULT_QUEUE", default_value = DEFAULT_QUEUE)]
-    queue: String,
-    /// Seconds a claimed task stays invisible to other workers between extensions.
-    #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(MIN_VISIBILITY_SECONDS..=MAX_VISIBILITY_SECONDS))]
-    visibility_timeout: u64,
-    /// Log format.
-    #[arg(long, value_enum, default_value_t = LogFormat::Text)]
-    log_format: LogFormat,
-    #[command(flatten)]
-    auth: AuthArgs,
-    /// Serve Prometheus metrics on /metrics, liveness on /healthz and readiness on
-    /// /readyz at this address (for example 0.0.0.0:9464). Off by default.
-    #[arg(long, env = "TABLEVAULT_METRICS_ADDR", value_name = "HOST:PORT")]
-    metrics_addr: Option<std::net::SocketAddr>,
-    /// Seconds tasks in flight may take to finish after SIGTERM or Ctrl-C; the worker
-    /// claims nothing new meanwhile, then gives back what is left (another worker takes
-    /// it over at once) and exits 0. Keep it below Kubernetes'
-    /// terminationGracePeriodSeconds.
-    #[arg(long, env = "TABLEVAULT_SHUTDOWN_GRACE", default_value_t = 30, value_parser = clap::value_parser!(u64).range(0..=3600))]
-    shutdown_grace: u64,
-}
 
 fn main() -> std::process::ExitCode {
     tune_allocator();
@@ -95,7 +22,7 @@ fn main() -> std::process::ExitCode {
         .build()
         .expect("tokio runtime")
         .block_on(async {
-            let args = Args::parse();
+            let args = WorkerArgs::parse();
             init_logging(args.log_format, "info");
             match run(args).await {
                 Ok(()) => std::process::ExitCode::SUCCESS,
@@ -122,7 +49,7 @@ fn accounts(given: &[String], setting: AccountSetting) -> anyhow::Result<Vec<Sto
         .collect::<Result<Vec<_>, _>>()?)
 }
 
-async fn run(args: Args) -> anyhow::Result<()> {
+async fn run(args: WorkerArgs) -> anyhow::Result<()> {
     args.auth.install()?;
     let backup = StorageAccount::resolve(args.backup.as_deref(), BACKUP)?;
     let sources = accounts(&args.source, SOURCE)?;
