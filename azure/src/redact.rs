@@ -77,7 +77,32 @@ pub fn redact_text(text: &str) -> String {
         }
     }
     out.push_str(rest);
-    redact_auth_schemes(&out)
+    redact_jwts(&redact_auth_schemes(&out))
+}
+
+/// Replaces JSON Web Tokens standing alone in text (`eyJ…` header, payload and
+/// signature in base64url, joined by dots): Entra ID access tokens, and federated
+/// tokens an identity provider may echo in an error without any `Bearer` before them.
+fn redact_jwts(text: &str) -> String {
+    let is_unit = |c: char| c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '.';
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(pos) = rest.find("eyJ") {
+        let (before, from) = rest.split_at(pos);
+        let preceded_by_unit = before.chars().next_back().is_some_and(is_unit);
+        let len = from.find(|c: char| !is_unit(c)).unwrap_or(from.len());
+        let candidate = &from[..len];
+        let parts: Vec<&str> = candidate.split('.').collect();
+        out.push_str(before);
+        if !preceded_by_unit && parts.len() == 3 && parts[..2].iter().all(|p| p.len() >= 4) {
+            out.push_str(REDACTED);
+        } else {
+            out.push_str(candidate);
+        }
+        rest = &from[len..];
+    }
+    out.push_str(rest);
+    out
 }
 
 fn redact_auth_schemes(text: &str) -> String {
@@ -128,6 +153,27 @@ mod tests {
     fn redacts_authorization_headers() {
         let r = redact_text("authorization: Bearer eyJhbGciOi.x.y, SharedKey acct:c2ln");
         assert!(!r.contains("eyJ") && !r.contains("c2ln"), "{r}");
+    }
+
+    #[test]
+    fn redacts_bare_json_web_tokens() {
+        let jwt = "eyJhbGciOiJSUzI1NiJ9.eyJzdWIiOiJzeXN0ZW0ifQ.c2lnbmF0dXJlX2J5dGVz";
+        let r = redact_text(&format!(
+            "AADSTS700024: Client assertion is not within its valid time range. \
+             assertion: {jwt}, trace: 1"
+        ));
+        assert!(!r.contains("eyJ") && !r.contains("c2lnbmF0"), "{r}");
+        assert!(r.contains("assertion: REDACTED, trace: 1"), "{r}");
+        // A token alone, and one at the end of a JSON string.
+        assert_eq!(redact_text(jwt), REDACTED);
+        assert_eq!(
+            redact_text(&format!("{{\"access_token\":\"{jwt}\"}}")),
+            format!("{{\"access_token\":\"{REDACTED}\"}}")
+        );
+        // Text that merely holds `eyJ` is left alone.
+        for kept in ["keyJar", "eyJ", "id=eyJabc", "eyJab.cd"] {
+            assert_eq!(redact_text(kept), kept);
+        }
     }
 
     #[test]
