@@ -72,6 +72,10 @@ pub fn error_code(e: &Error) -> ExitCode {
         Error::Storage(Storage::Cancelled { .. }) => ExitCode::Interrupted,
         Error::Storage(Storage::Config(_) | Storage::InvalidRequest { .. }) => ExitCode::Usage,
         Error::Storage(s) if matches!(s.status(), Some(401 | 403)) => ExitCode::Usage,
+        // A wrong secret, tenant or federation, or `az` not signed in: no retry mends it.
+        Error::Storage(Storage::Auth(why)) if tablevault_azure::identity::misconfigured(why) => {
+            ExitCode::Usage
+        }
         // A damaged backup file: retrying will not mend it.
         Error::Corrupt(_) => ExitCode::Mismatch,
         Error::Storage(_)
@@ -106,6 +110,11 @@ mod tests {
         };
         assert_eq!(error_code(&Error::Storage(busy)), ExitCode::Failed);
         assert_eq!(error_code(&Error::Corrupt("x".into())), ExitCode::Mismatch);
+        let wrong_secret =
+            Storage::Auth("cannot get a token: AADSTS7000215: Invalid client secret".into());
+        assert_eq!(error_code(&Error::Storage(wrong_secret)), ExitCode::Usage);
+        let endpoint_down = Storage::Auth("cannot get a token: connection refused".into());
+        assert_eq!(error_code(&Error::Storage(endpoint_down)), ExitCode::Failed);
     }
 
     /// `cancel` did what it was asked, so it succeeds; `status` of the cancelled

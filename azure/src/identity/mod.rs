@@ -23,12 +23,14 @@ use crate::redact::Secret;
 mod build;
 mod cache;
 mod claims;
+mod misconfigured;
 mod refusal;
 mod select;
 mod transport;
 
 pub use cache::{Clock, EXPIRY_SKEW, REFRESH_BEFORE, TokenCache};
 pub use claims::Claims;
+pub use misconfigured::misconfigured;
 pub(crate) use refusal::Refusal;
 pub use refusal::required_role;
 pub use select::{AUTO_RULE, IdentityKind};
