@@ -231,16 +231,24 @@ impl Error {
         } else {
             TransportKind::Interrupted
         };
-        let err = err.without_url();
-        let mut detail = format!("{host}: {err}");
-        let mut source = std::error::Error::source(&err);
-        while let Some(s) = source {
-            detail.push_str(": ");
-            detail.push_str(&crate::redact::redact_text(&s.to_string()));
-            source = s.source();
-        }
+        let detail = describe_reqwest(host, err);
         Error::Transport { op, kind, detail }
     }
+}
+
+/// A reqwest failure as `host: error: cause: …`, without its URL (which may hold a SAS
+/// signature), each cause redacted: the TLS or connection cause is what tells a user
+/// what to fix (`invalid peer certificate: UnknownIssuer`).
+pub(crate) fn describe_reqwest(host: &str, err: reqwest::Error) -> String {
+    let err = err.without_url();
+    let mut detail = format!("{host}: {err}");
+    let mut source = std::error::Error::source(&err);
+    while let Some(s) = source {
+        detail.push_str(": ");
+        detail.push_str(&crate::redact::redact_text(&s.to_string()));
+        source = s.source();
+    }
+    detail
 }
 
 /// Shorthand for results of storage calls.

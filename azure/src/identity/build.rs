@@ -14,7 +14,7 @@ use azure_identity::{
 };
 
 use super::select::{Surroundings, choose};
-use super::transport::ReqwestTransport;
+use super::transport::{LastFailure, ReqwestTransport};
 use super::{IdentityConfig, IdentityKind, ManagedIdentityId};
 use crate::config::ConfigError;
 
@@ -33,9 +33,12 @@ fn need<'a>(
 }
 
 /// Options every credential gets: our transport, and the authority host if one is set.
-fn client_options(config: &IdentityConfig) -> Result<ClientOptions, ConfigError> {
+fn client_options(
+    config: &IdentityConfig,
+    last_failure: &LastFailure,
+) -> Result<ClientOptions, ConfigError> {
     let mut options = ClientOptions {
-        transport: Some(ReqwestTransport::shared()?),
+        transport: Some(ReqwestTransport::shared(last_failure.clone())?),
         ..ClientOptions::default()
     };
     if let Some(host) = &config.authority_host {
@@ -61,12 +64,14 @@ fn sdk(kind: IdentityKind) -> impl Fn(azure_core::Error) -> ConfigError {
     }
 }
 
-/// The credential for `config` and a description of it.
+/// The credential for `config`, a description of it, and where its transport notes why
+/// its last token request got no answer.
 pub(super) fn credential(
     config: &IdentityConfig,
-) -> Result<(Arc<dyn TokenCredential>, String), ConfigError> {
+) -> Result<(Arc<dyn TokenCredential>, String, LastFailure), ConfigError> {
     let (kind, why) = choose(config, Surroundings::look());
-    let options = client_options(config)?;
+    let last_failure = LastFailure::default();
+    let options = client_options(config, &last_failure)?;
     let (credential, who): (Arc<dyn TokenCredential>, String) = match kind {
         IdentityKind::Workload => {
             let client_id = need(&config.client_id, "AZURE_CLIENT_ID", kind)?;
@@ -146,7 +151,7 @@ pub(super) fn credential(
         }
         IdentityKind::Auto => unreachable!("choose resolves auto"),
     };
-    Ok((credential, format!("{who} [{why}]")))
+    Ok((credential, format!("{who} [{why}]"), last_failure))
 }
 
 #[cfg(feature = "client-certificate")]

@@ -65,6 +65,8 @@ pub struct TokenCache {
     refresh: tokio::sync::Mutex<()>,
     /// Claims of the last token (names of the identity, never the token).
     claims: Mutex<Option<Claims>>,
+    /// Why the credential's last token request got no answer, as its transport noted it.
+    last_failure: Option<super::transport::LastFailure>,
 }
 
 impl fmt::Debug for TokenCache {
@@ -110,7 +112,16 @@ impl TokenCache {
             current: Mutex::new(None),
             refresh: tokio::sync::Mutex::new(()),
             claims: Mutex::new(None),
+            last_failure: None,
         }
+    }
+
+    /// Names, in a failure to get a token, why the last token request got no answer
+    /// (`last`, noted by the credential's transport): the SDK says only "retry policy
+    /// expired" of a token endpoint it could not reach or whose certificate it refused.
+    pub(crate) fn with_last_failure(mut self, last: super::transport::LastFailure) -> Self {
+        self.last_failure = Some(last);
+        self
     }
 
     /// Time left on a token, zero if past.
@@ -202,8 +213,14 @@ impl TokenCache {
             .get_token(&[&self.scope], None)
             .await
             .map_err(|e| {
+                let unanswered = self
+                    .last_failure
+                    .as_ref()
+                    .and_then(|l| l.lock().expect("last token failure").clone())
+                    .map(|why| format!(" (last token request: {why})"))
+                    .unwrap_or_default();
                 TokenError(format!(
-                    "cannot get a token for {} as {}: {}",
+                    "cannot get a token for {} as {}: {}{unanswered}",
                     self.scope,
                     self.identity,
                     crate::redact::redact_text(&e.to_string())
@@ -355,6 +372,30 @@ mod tests {
         let all = futures::future::join_all((0..20).map(|_| c.get())).await;
         assert!(all.into_iter().all(|t| tok(t.unwrap()) == "tok-3"));
         assert_eq!(fake.fetches.load(Ordering::SeqCst), 3);
+    }
+
+    /// Regression: a token endpoint that could not be reached (refused, or its
+    /// certificate not trusted) was reported after the SDK's retries only as "retry
+    /// policy expired" (`--auth-mode login` audit). The transport's note of why is added.
+    #[tokio::test(start_paused = true)]
+    async fn a_failure_names_why_the_last_token_request_got_no_answer() {
+        let (c, fake, _) = cache(3600);
+        fake.fail.store(true, Ordering::SeqCst);
+        let last = super::super::transport::LastFailure::default();
+        *last.lock().unwrap() = Some(
+            "login.example:443: error sending request: invalid peer certificate: UnknownIssuer"
+                .into(),
+        );
+        let c = Arc::into_inner(c).unwrap().with_last_failure(last.clone());
+        let e = c.get().await.unwrap_err().to_string();
+        assert!(
+            e.contains("identity endpoint down (last token request: login.example:443: error sending request: invalid peer certificate: UnknownIssuer)"),
+            "{e}"
+        );
+        // Once a request was answered, nothing is added.
+        *last.lock().unwrap() = None;
+        let e = c.get().await.unwrap_err().to_string();
+        assert!(!e.contains("last token request"), "{e}");
     }
 
     /// Regression: a hung identity endpoint held every request behind the refresh

@@ -158,9 +158,11 @@ pub fn shared_token_cache(config: &IdentityConfig) -> Result<Arc<TokenCache>, Co
     if let Some(c) = caches.get(&key) {
         return Ok(c.clone());
     }
-    let (credential, identity) = build::credential(config)?;
+    let (credential, identity, last_failure) = build::credential(config)?;
     tracing::info!(identity = %identity, "Microsoft Entra ID authentication");
-    let cache = Arc::new(TokenCache::new(credential, STORAGE_SCOPE, identity));
+    let cache = Arc::new(
+        TokenCache::new(credential, STORAGE_SCOPE, identity).with_last_failure(last_failure),
+    );
     caches.insert(key, cache.clone());
     Ok(cache)
 }

@@ -3,7 +3,7 @@
 //! same extra CA certificate, `TABLEVAULT_CA_CERT`) as storage requests, with no second
 //! HTTP stack.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use azure_core::error::{Error, ErrorKind};
@@ -13,15 +13,30 @@ use azure_core::http::{AsyncRawResponse, Body, HttpClient, Method, Request, Tran
 /// Limit on one token request, from connecting to the last byte.
 const TOKEN_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// Why a credential's last token request got no answer (host, and the connection or TLS
+/// cause), or `None` once one was answered. The SDK reports a token endpoint it could not
+/// reach, after its retries, only as "retry policy expired"; the token cache adds this.
+pub(crate) type LastFailure = Arc<Mutex<Option<String>>>;
+
 /// `azure_core`'s transport over our reqwest client.
 #[derive(Debug, Clone)]
-pub(crate) struct ReqwestTransport(reqwest::Client);
+pub(crate) struct ReqwestTransport {
+    client: reqwest::Client,
+    last_failure: LastFailure,
+}
 
 impl ReqwestTransport {
-    /// The transport over the process's shared client.
-    pub(crate) fn shared() -> Result<Transport, crate::ConfigError> {
+    /// The transport over the process's shared client, noting its failures in `last`.
+    pub(crate) fn shared(last_failure: LastFailure) -> Result<Transport, crate::ConfigError> {
         let client = crate::pipeline::http::shared_http_client()?;
-        Ok(Transport::new(Arc::new(ReqwestTransport(client))))
+        Ok(Transport::new(Arc::new(ReqwestTransport {
+            client,
+            last_failure,
+        })))
+    }
+
+    fn note(&self, failure: Option<String>) {
+        *self.last_failure.lock().expect("last token failure") = failure;
     }
 }
 
@@ -42,7 +57,7 @@ fn method(m: Method) -> reqwest::Method {
 impl HttpClient for ReqwestTransport {
     async fn execute_request(&self, request: &Request) -> azure_core::Result<AsyncRawResponse> {
         let mut req = self
-            .0
+            .client
             .request(method(request.method()), request.url().clone())
             .timeout(TOKEN_REQUEST_TIMEOUT);
         for (name, value) in request.headers().iter() {
@@ -57,9 +72,14 @@ impl HttpClient for ReqwestTransport {
                 ));
             }
         };
-        let response = self.0.execute(req.body(body).build().map_err(|e| {
+        let response = self.client.execute(req.body(body).build().map_err(|e| {
             Error::with_message(ErrorKind::Other, format!("building the token request: {e}"))
         })?);
+        let host = request.url().host_str().unwrap_or("?").to_string();
+        let host = match request.url().port() {
+            Some(port) => format!("{host}:{port}"),
+            None => host,
+        };
         let response = response.await.map_err(|e| {
             let kind = if e.is_connect() {
                 ErrorKind::Connection
@@ -67,8 +87,11 @@ impl HttpClient for ReqwestTransport {
                 ErrorKind::Io
             };
             // No URL: a managed-identity URL carries no secret, but keep errors uniform.
-            Error::with_message(kind, format!("token request failed: {}", e.without_url()))
+            let detail = crate::error::describe_reqwest(&host, e);
+            self.note(Some(detail.clone()));
+            Error::with_message(kind, format!("token request failed: {detail}"))
         })?;
+        self.note(None);
         let status = response.status().as_u16();
         let mut headers = Headers::new();
         for (k, v) in response.headers() {
@@ -86,5 +109,50 @@ impl HttpClient for ReqwestTransport {
             )
         })?;
         Ok(AsyncRawResponse::from_bytes(status.into(), headers, bytes))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A token request that gets no answer is noted with its host and cause; one that is
+    /// answered clears the note.
+    #[tokio::test]
+    async fn token_requests_without_an_answer_are_noted() {
+        let last = LastFailure::default();
+        let transport = ReqwestTransport {
+            client: reqwest::Client::new(),
+            last_failure: last.clone(),
+        };
+        // A port nothing listens on.
+        let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = closed.local_addr().unwrap().port();
+        drop(closed);
+        let url = format!("http://127.0.0.1:{port}/tenant/oauth2/v2.0/token?secret=x");
+        let request = Request::new(url.parse().unwrap(), Method::Post);
+        assert!(transport.execute_request(&request).await.is_err());
+        let noted = last.lock().unwrap().clone().expect("a note");
+        assert!(noted.starts_with(&format!("127.0.0.1:{port}: ")), "{noted}");
+        assert!(!noted.contains("secret"), "no URL: {noted}");
+        // An answer, even an error status, clears it.
+        let server = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = server.local_addr().unwrap();
+        tokio::spawn(async move {
+            use tokio::io::{AsyncReadExt, AsyncWriteExt};
+            let (mut s, _) = server.accept().await.unwrap();
+            let mut buf = [0u8; 1024];
+            let _ = s.read(&mut buf).await;
+            let _ = s
+                .write_all(b"HTTP/1.1 500 Internal Server Error\r\ncontent-length: 0\r\n\r\n")
+                .await;
+        });
+        let request = Request::new(
+            format!("http://{addr}/token").parse().unwrap(),
+            Method::Post,
+        );
+        let response = transport.execute_request(&request).await.unwrap();
+        assert_eq!(u16::from(response.status()), 500);
+        assert_eq!(*last.lock().unwrap(), None);
     }
 }
