@@ -220,7 +220,7 @@ impl TokenCache {
                     .map(|why| format!(" (last token request: {why})"))
                     .unwrap_or_default();
                 TokenError(format!(
-                    "cannot get a token for {} as {}: {}{unanswered}",
+                    "cannot get a token for {} as {}{unanswered}: {}",
                     self.scope,
                     self.identity,
                     crate::redact::redact_text(&e.to_string())
@@ -389,7 +389,7 @@ mod tests {
         let c = Arc::into_inner(c).unwrap().with_last_failure(last.clone());
         let e = c.get().await.unwrap_err().to_string();
         assert!(
-            e.contains("identity endpoint down (last token request: login.example:443: error sending request: invalid peer certificate: UnknownIssuer)"),
+            e.contains("test identity (last token request: login.example:443: error sending request: invalid peer certificate: UnknownIssuer): identity endpoint down"),
             "{e}"
         );
         // Once a request was answered, nothing is added.
