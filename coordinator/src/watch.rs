@@ -23,6 +23,12 @@ use crate::{Error, Location, Result};
 /// a small share of what the store serves.
 const REFRESH_GAP_FACTOR: u32 = 10;
 
+/// The longest wait between looks, however long the last one took: a look slowed by
+/// timeouts and retries through a storage outage says nothing of the job's size. Uncapped,
+/// a 40 s pause of the emulator spaced the next look 6 minutes out, and a backup complete
+/// after 66 s returned after 406 s, reporting that as its duration (eighth audit).
+const MAX_REFRESH_GAP: Duration = Duration::from_secs(15);
+
 /// What a progress display is shown.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Snapshot {
@@ -193,8 +199,13 @@ const HEARTBEAT_CHECK_AFTER: Duration = Duration::from_secs(10);
 /// each burst of commits instead (20-250 ms apart) cost a backup of 200 small tables a
 /// listing of up to 400 records every few pages: up to 8% of its rate on the emulator,
 /// whose one Blob thread also stores every block.
-fn refresh_gap(look_took: Duration, poll: Duration) -> Duration {
-    (look_took * REFRESH_GAP_FACTOR).max(poll)
+/// A look that failed is followed after the poll interval. At most [`MAX_REFRESH_GAP`]
+/// (or the poll interval, if longer).
+fn refresh_gap(look_took: Duration, looked: bool, poll: Duration) -> Duration {
+    if !looked {
+        return poll;
+    }
+    (look_took * REFRESH_GAP_FACTOR).clamp(poll, MAX_REFRESH_GAP.max(poll))
 }
 
 /// Whether the in-process workers have finished as many tasks as they know of (the
@@ -229,9 +240,13 @@ pub(crate) async fn watch(
     let outcome = async {
         loop {
             let look = tokio::time::Instant::now();
-            if let Err(e) = state.refresh(store).await {
-                tracing::warn!(error = %e, "cannot read the job's state; retrying");
-            }
+            let looked = match state.refresh(store).await {
+                Ok(()) => true,
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot read the job's state; retrying");
+                    false
+                }
+            };
             let look_took = look.elapsed();
             if let Some(p) = &opts.progress {
                 p.update(state.snapshot(stats.as_deref()));
@@ -274,7 +289,7 @@ pub(crate) async fn watch(
             tokio::select! {
                 _ = opts.shutdown.cancelled() => return Ok(JobStatus::Interrupted),
                 _ = local_done => {}
-                _ = tokio::time::sleep_until(look + refresh_gap(look_took, opts.poll)) => {}
+                _ = tokio::time::sleep_until(look + refresh_gap(look_took, looked, opts.poll)) => {}
             }
         }
     }
@@ -297,12 +312,32 @@ mod tests {
     fn looks_are_spaced_by_the_poll_interval_or_what_the_last_one_cost() {
         let poll = Duration::from_millis(500);
         // A small job's listing takes milliseconds: the poll interval spaces looks.
-        assert_eq!(refresh_gap(Duration::from_millis(3), poll), poll);
-        assert_eq!(refresh_gap(Duration::ZERO, poll), poll);
+        assert_eq!(refresh_gap(Duration::from_millis(3), true, poll), poll);
+        assert_eq!(refresh_gap(Duration::ZERO, true, poll), poll);
         // A job of many thousand records is listed for a tenth of the time at most.
         assert_eq!(
-            refresh_gap(Duration::from_millis(400), poll),
+            refresh_gap(Duration::from_millis(400), true, poll),
             Duration::from_secs(4)
+        );
+    }
+
+    /// Regression (eighth audit): a look slowed by retries through a 40 s storage
+    /// outage spaced the next one 6 minutes out, so a backup complete after 66 s
+    /// returned after 406 s. Looks are at most 15 s apart, and a failed one is followed
+    /// after the poll interval.
+    #[test]
+    fn a_look_slowed_by_an_outage_does_not_space_the_next_far_out() {
+        let poll = Duration::from_millis(500);
+        assert_eq!(
+            refresh_gap(Duration::from_secs(40), true, poll),
+            MAX_REFRESH_GAP
+        );
+        assert_eq!(refresh_gap(Duration::from_secs(90), false, poll), poll);
+        // A poll interval longer than the cap stands.
+        let slow_poll = Duration::from_secs(60);
+        assert_eq!(
+            refresh_gap(Duration::from_secs(40), true, slow_poll),
+            slow_poll
         );
     }
 
