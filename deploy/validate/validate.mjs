@@ -627,21 +627,7 @@ function overlayView(relDir) {
   if (!k) return null;
   const out = sourceDocs.filter((d) => path.dirname(d.file) === dir).map((d) => d.obj);
   for (const g of k.configMapGenerator ?? []) {
-    const data = {};
-    for (const l of g.literals ?? []) {
-      const [key, ...v] = String(l).split("=");
-      data[key] = v.join("=");
-    }
-    for (const e of g.envs ?? []) {
-      const p = path.join(dir, e);
-      if (!fs.existsSync(p)) continue;
-      for (const line of fs.readFileSync(p, "utf8").split("\n")) {
-        const t = line.trim();
-        if (!t || t.startsWith("#")) continue;
-        const [key, ...v] = t.split("=");
-        data[key] = v.join("=");
-      }
-    }
+    const data = generatorData(dir, g, {});
     out.push({ apiVersion: "v1", kind: "ConfigMap", metadata: { name: g.name }, data });
   }
   return out;

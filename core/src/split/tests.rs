@@ -2705,6 +2705,18 @@ fn a_sample_ending_in_a_large_partition_cuts_at_its_start() {
     assert_eq!(super::large_partition_sampled("b", &first_large), None);
 }
 
+/// `a` entities in partition "a", `b` in "b", then `cs` in partitions "c00", "c01", …
+/// of `per_c` each; RowKeys numbered from 0 in each part.
+fn a_b_then_cs(a: u32, b: u32, cs: u32, per_c: u32) -> Sorted {
+    Sorted::new(
+        (0..a)
+            .map(|i| EntityKey::new("a", format!("{i:05}")))
+            .chain((0..b).map(|i| EntityKey::new("b", format!("{i:05}"))))
+            .chain((0..cs).map(|i| EntityKey::new(format!("c{:02}", i / per_c), format!("{i:05}"))))
+            .collect(),
+    )
+}
+
 /// Regression: a partition of 4,005 among small ones, entered at its 227th entity, was
 /// cut inside only once 1,250 of it were read (`LARGE_PARTITION_READ`). At 1,227 read,
 /// with the page read ahead still in it, the cut was sought after it, where the
@@ -2715,12 +2727,7 @@ fn a_sample_ending_in_a_large_partition_cuts_at_its_start() {
 #[test]
 fn a_partition_entered_with_a_page_ahead_in_it_is_cut_inside() {
     // "a" holds 1,000 entities, "b" 4,005, then 900 in nine small partitions.
-    let keys = (0..1_000)
-        .map(|i| EntityKey::new("a", format!("{i:05}")))
-        .chain((0..4_005).map(|i| EntityKey::new("b", format!("{i:05}"))))
-        .chain((0..900).map(|i| EntityKey::new(format!("c{}", i / 100), format!("{i:05}"))))
-        .collect();
-    let t = Sorted::new(keys);
+    let t = a_b_then_cs(1_000, 4_005, 900, 100);
     let split_after = |read_of_b: u64| {
         let after = EntityKey::new("b", format!("{:05}", read_of_b - 1));
         let read = ReadSoFar {
@@ -2767,12 +2774,7 @@ fn a_partition_entered_with_a_page_ahead_in_it_is_cut_inside() {
 #[test]
 fn partitions_after_a_large_one_go_to_a_task_of_their_own() {
     // "b" holds 2,100 entities, 2,000 of them read; 5,000 in partitions after it.
-    let keys = (0..100)
-        .map(|i| EntityKey::new("a", format!("{i:05}")))
-        .chain((0..2_100).map(|i| EntityKey::new("b", format!("{i:05}"))))
-        .chain((0..5_000).map(|i| EntityKey::new(format!("c{:02}", i / 1_000), format!("{i:05}"))))
-        .collect();
-    let t = Sorted::new(keys);
+    let t = a_b_then_cs(100, 2_100, 5_000, 1_000);
     let after = EntityKey::new("b", "01999");
     let split_with = |probe: &dyn KeyProbe| {
         unbounded_split(probe, &after, None, read_100_of_a_and_2000_of_b(&t, true))
