@@ -26,7 +26,7 @@ const REFRESH_GAP_FACTOR: u32 = 10;
 /// The longest wait between looks, however long the last one took: a look slowed by
 /// timeouts and retries through a storage outage says nothing of the job's size. Uncapped,
 /// a 40 s pause of the emulator spaced the next look 6 minutes out, and a backup complete
-/// after 66 s returned after 406 s, reporting that as its duration (eighth audit).
+/// after 66 s returned after 406 s, reporting that as its duration (ninth audit, concurrent jobs).
 const MAX_REFRESH_GAP: Duration = Duration::from_secs(15);
 
 /// What a progress display is shown.
@@ -321,7 +321,7 @@ mod tests {
         );
     }
 
-    /// Regression (eighth audit): a look slowed by retries through a 40 s storage
+    /// Regression (ninth audit): a look slowed by retries through a 40 s storage
     /// outage spaced the next one 6 minutes out, so a backup complete after 66 s
     /// returned after 406 s. Looks are at most 15 s apart, and a failed one is followed
     /// after the poll interval.

@@ -173,38 +173,33 @@ impl TokenCache {
         if let Some(t) = self.usable_without_refresh() {
             return Ok(t);
         }
-        if let Some(valid) = self.still_valid() {
-            // A refresh under way: the token in hand serves meanwhile.
-            let Ok(_flight) = self.refresh.try_lock() else {
-                return Ok(valid);
-            };
-            if let Some(t) = self.usable_without_refresh() {
-                return Ok(t);
-            }
-            let why = match tokio::time::timeout(REFRESH_WAIT, self.fetch()).await {
-                Ok(Ok(t)) => return Ok(t),
-                Ok(Err(e)) => e.0,
-                Err(_) => format!(
-                    "no token from {} within {} s",
-                    self.identity,
-                    REFRESH_WAIT.as_secs()
-                ),
-            };
-            if let Some(t) = self.keep_current(&why) {
-                return Ok(t);
-            }
-            return Err(TokenError(why));
-        }
-        let _flight = self.refresh.lock().await;
+        // With a valid token in hand, a refresh under way is not waited for, and this
+        // caller's own refresh is given at most `REFRESH_WAIT`.
+        let valid = self.still_valid();
+        let _flight = match &valid {
+            Some(valid) => match self.refresh.try_lock() {
+                Ok(flight) => flight,
+                Err(_) => return Ok(valid.clone()),
+            },
+            None => self.refresh.lock().await,
+        };
         // Someone else may have refreshed while this caller waited.
         if let Some(t) = self.usable_without_refresh() {
             return Ok(t);
         }
-        let fetched = self.fetch().await;
-        match fetched {
-            Err(e) => self.keep_current(&e.0).ok_or(e),
-            ok => ok,
-        }
+        let fetched = match valid {
+            Some(_) => tokio::time::timeout(REFRESH_WAIT, self.fetch())
+                .await
+                .unwrap_or_else(|_| {
+                    Err(TokenError(format!(
+                        "no token from {} within {} s",
+                        self.identity,
+                        REFRESH_WAIT.as_secs()
+                    )))
+                }),
+            None => self.fetch().await,
+        };
+        fetched.or_else(|e| self.keep_current(&e.0).ok_or(e))
     }
 
     async fn fetch(&self) -> Result<Secret<String>, TokenError> {
