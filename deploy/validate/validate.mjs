@@ -752,7 +752,14 @@ function buildUnrendered(dir) {
   return out;
 }
 
+// Each overlay is built once (the checks below look at it several times).
+const builds = new Map();
 function overlayBuild(relDir) {
+  if (!builds.has(relDir)) builds.set(relDir, buildOverlay(relDir));
+  return builds.get(relDir);
+}
+
+function buildOverlay(relDir) {
   if (rendered?.has(relDir)) {
     const objs = rendered.get(relDir);
     const configMaps = new Map(objs.filter((o) => o.kind === "ConfigMap").map((o) => [o.metadata?.name, o.data ?? {}]));
@@ -780,7 +787,13 @@ function patchedValue(relDir, suffix) {
 }
 
 // Every container of every workload: where, argv, env (ConfigMaps first, then `env`).
+const containers = new Map();
 function containersOf(relDir) {
+  if (!containers.has(relDir)) containers.set(relDir, listContainers(relDir));
+  return containers.get(relDir);
+}
+
+function listContainers(relDir) {
   const { docs, configMaps } = overlayBuild(relDir);
   const out = [];
   for (const obj of docs) {

@@ -128,7 +128,8 @@ fn facts() -> &'static Path {
             },
             "metrics": series,
         });
-        let path = std::env::temp_dir().join(format!(
+        // Under target/, not the system's temporary directory: it outlives the test.
+        let path = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!(
             "tablevault-deploy-facts-{}.json",
             uuid::Uuid::new_v4().simple()
         ));
