@@ -16,7 +16,7 @@ pub const LARGE_PARTITION_READ: u64 = PIECE_ENTITIES / 2;
 /// partition with one task (with Zipf-like partition sizes, a task of a quarter of the
 /// table beside tasks of a few thousand entities). That is [`LARGE_PARTITION_READ`]
 /// where the attempt began in the partition, and this where it entered it from an
-/// earlier one: with a page of 1,000 ahead, the partition is known to hold
+/// earlier one: with a full page ([`MAX_PAGE_SIZE`](tablevault_azure::table::MAX_PAGE_SIZE)) ahead, the partition is known to hold
 /// `LARGE_PARTITION_READ`. At `LARGE_PARTITION_READ` alone, a partition of 4,005 entered
 /// at its 227th entity was cut only after it, where the partitions left held too few
 /// to split, and one task read 39% of a table of 20,000 (the split model's random
@@ -25,7 +25,8 @@ pub const LARGE_PARTITION_READ: u64 = PIECE_ENTITIES / 2;
 /// for the next one learns whether later partitions follow, and a ceiling found inside
 /// the partition is passed on only then: cut inside from 1,000 read, one partition
 /// of 50,000 cost 25 probes where it cost 12.
-pub const INSIDE_PARTITION_READ: u64 = LARGE_PARTITION_READ - 1_000;
+pub const INSIDE_PARTITION_READ: u64 =
+    LARGE_PARTITION_READ - tablevault_azure::table::MAX_PAGE_SIZE as u64;
 
 /// A remainder estimated at fewer entities than this is not split: a couple of pages
 /// read by another worker save less than a task costs, and tiny tasks unbalance the
