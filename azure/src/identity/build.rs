@@ -13,6 +13,7 @@ use azure_identity::{
     WorkloadIdentityCredentialOptions,
 };
 
+use super::cli_process::{AZ_LIMIT, GroupExecutor};
 use super::select::{Surroundings, choose};
 use super::transport::{LastFailure, ReqwestTransport};
 use super::{IdentityConfig, IdentityKind, ManagedIdentityId};
@@ -142,8 +143,11 @@ pub(super) fn credential(
             (c, who)
         }
         IdentityKind::AzureCli => {
-            let c = AzureCliCredential::new(Some(AzureCliCredentialOptions::default()))
-                .map_err(sdk(kind))?;
+            let c = AzureCliCredential::new(Some(AzureCliCredentialOptions {
+                executor: Some(Arc::new(GroupExecutor { limit: AZ_LIMIT })),
+                ..AzureCliCredentialOptions::default()
+            }))
+            .map_err(sdk(kind))?;
             (
                 c,
                 "Azure CLI signed-in account (az account get-access-token)".to_string(),

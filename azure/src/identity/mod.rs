@@ -6,6 +6,8 @@
 //! * `select`: the explicit kinds and the `auto` rule.
 //! * `build`: the `azure_identity` credential of each kind.
 //! * `cache`: the token cache (refresh before expiry, single flight).
+//! * `cli_process`: the Azure CLI run in a process group of its own, stopped when it
+//!   does not answer or its request gives up.
 //! * `claims`: the identity's names read from a token, for messages.
 //! * `refusal`: what a 401/403 to a bearer token means (which role is missing).
 //! * `transport`: `azure_core`'s HTTP client trait over our reqwest client.
@@ -23,6 +25,7 @@ use crate::redact::Secret;
 mod build;
 mod cache;
 mod claims;
+mod cli_process;
 mod misconfigured;
 mod refusal;
 mod select;
