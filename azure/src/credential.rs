@@ -216,6 +216,13 @@ pub trait TokenProvider: Send + Sync + fmt::Debug {
     fn identity(&self) -> Option<String> {
         None
     }
+
+    /// Why the last request for a token got no answer (host and cause), while no
+    /// answer has come since: named when an operation's deadline passes waiting for a
+    /// token, which would otherwise say only that it waited.
+    fn unanswered(&self) -> Option<String> {
+        None
+    }
 }
 
 /// A fixed token, for tests and for tokens obtained outside tablevault.

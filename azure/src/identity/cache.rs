@@ -209,9 +209,7 @@ impl TokenCache {
             .await
             .map_err(|e| {
                 let unanswered = self
-                    .last_failure
-                    .as_ref()
-                    .and_then(|l| l.lock().expect("last token failure").clone())
+                    .unanswered()
                     .map(|why| format!(" (last token request: {why})"))
                     .unwrap_or_default();
                 TokenError(format!(
@@ -261,6 +259,12 @@ impl TokenProvider for TokenCache {
 
     fn identity(&self) -> Option<String> {
         Some(self.describe())
+    }
+
+    fn unanswered(&self) -> Option<String> {
+        self.last_failure
+            .as_ref()
+            .and_then(|l| l.lock().expect("last token failure").clone())
     }
 }
 

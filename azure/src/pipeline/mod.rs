@@ -92,6 +92,9 @@ impl Default for ClientOptions {
 /// Adds authorization to a request: a Shared Key header, a bearer token, or nothing (SAS
 /// is already in the URL). Called for every attempt so each one has a fresh signature.
 ///
+/// How the last error reads while an operation waits for a token.
+const WAITING_FOR_TOKEN: &str = "waiting for an Entra ID token";
+
 /// While a bearer token is awaited (not at hand in the cache), `waiting` says so: an
 /// operation whose deadline passes then names the identity provider, not the storage
 /// host, which a hung token endpoint was once blamed on ("no answer").
@@ -119,7 +122,7 @@ async fn authorize(
                 std::task::Poll::Pending => {
                     let who = provider.identity().unwrap_or_else(|| "the identity".into());
                     let before = waiting.lock().expect("last error").replace(format!(
-                        "waiting for an Entra ID token for {who} from its identity provider"
+                        "{WAITING_FOR_TOKEN} for {who} from its identity provider"
                     ));
                     let token = fetch.await;
                     *waiting.lock().expect("last error") = before;
@@ -376,14 +379,28 @@ impl ServiceClient {
                     op: req.op,
                     host: self.host.clone(),
                     after: self.deadline,
-                    last: last_error
-                        .lock()
-                        .expect("last error")
-                        .take()
-                        .unwrap_or_else(|| "no answer".into()),
+                    last: self.deadline_last_error(last_error),
                 }),
             },
         }
+    }
+
+    /// What an operation whose deadline passed names as its last error: "no answer"
+    /// if none, and while it waited for a token, why the last token request got no
+    /// answer (an identity endpoint refusing connections was only "waiting").
+    fn deadline_last_error(&self, last_error: &std::sync::Mutex<Option<String>>) -> String {
+        let mut last = last_error
+            .lock()
+            .expect("last error")
+            .take()
+            .unwrap_or_else(|| "no answer".into());
+        if let (true, Credential::Token(provider)) =
+            (last.starts_with(WAITING_FOR_TOKEN), &self.credential)
+            && let Some(why) = provider.unanswered()
+        {
+            last.push_str(&format!(" (last token request: {why})"));
+        }
+        last
     }
 
     /// One attempt. `waiting` is what the operation's deadline names as its last error
@@ -583,11 +600,16 @@ mod tests {
         fn identity(&self) -> Option<String> {
             Some("workload identity (client id c-1)".into())
         }
+        fn unanswered(&self) -> Option<String> {
+            Some("login.example:443: tcp connect error: Connection refused".into())
+        }
     }
 
     /// Regression: a hung token endpoint was reported as the storage host's silence
     /// (`List Blobs to 127.0.0.1:…: no success within 20 s, giving up (last error: no
-    /// answer)`), though storage was fine. The deadline now names the wait for a token.
+    /// answer)`), though storage was fine. The deadline now names the wait for a token,
+    /// and why the token endpoint did not answer (it said only "waiting" of an endpoint
+    /// refusing connections, whose cause the SDK tells after its own retries, ~80 s).
     #[tokio::test]
     async fn a_deadline_spent_waiting_for_a_token_says_so() {
         let account = crate::StorageAccount::from_connection_string(
@@ -609,6 +631,13 @@ mod tests {
         let text = e.to_string();
         assert!(
             text.contains("waiting for an Entra ID token for workload identity (client id c-1)"),
+            "{text}"
+        );
+        // And why the identity provider has not answered, where the transport knows.
+        assert!(
+            text.contains(
+                "(last token request: login.example:443: tcp connect error: Connection refused)"
+            ),
             "{text}"
         );
     }
