@@ -24,6 +24,9 @@ pub struct Settler {
     stats: Arc<WorkerStats>,
     metrics: Arc<WorkerMetrics>,
     identity: String,
+    /// Until when this worker claims nothing, having offered tasks it cannot run
+    /// ([`step_aside`]); shared by the worker's clones.
+    aside_until: Arc<std::sync::Mutex<Option<tokio::time::Instant>>>,
 }
 
 /// Where a task's poison record goes.
@@ -38,14 +41,30 @@ pub struct PoisonTarget<'a> {
     pub range: Option<KeyRange>,
 }
 
-/// The delay before a task is offered again after its `n`th hand-back: 30 s, doubling,
-/// at most 10 minutes.
+/// The delay before a task is offered again after its `n`th hand-back: 2 s, doubling,
+/// at most 10 minutes. Short at first: another worker that can run it is likely idle and
+/// polling (at 30 s, doubling, an idle worker of another account claimed each task
+/// again as it reappeared, and a restore of 12 s took over 12 minutes).
 pub fn offer_delay(n: u64) -> Duration {
     Duration::from_secs(
-        30u64
-            .saturating_mul(1 << n.saturating_sub(1).min(5))
+        2u64.saturating_mul(1 << n.saturating_sub(1).min(9))
             .min(600),
     )
+}
+
+/// Past a young offer's reappearance, the margin a worker that offered it keeps from
+/// claiming: other workers' idle polls are at most a second apart
+/// ([`MAX_POLL_INTERVAL`](crate::worker::MAX_POLL_INTERVAL)).
+const STEP_ASIDE_MARGIN: Duration = Duration::from_secs(3);
+
+/// How long a worker claims nothing after its `n`th offer of a task: until a worker
+/// that can run the task has claimed it where it reappears. A worker that cannot run a
+/// task and is idle otherwise polls as often as the ones that can, and took a task back
+/// each time it reappeared (the offers then doubling). Only for the first four offers
+/// (up to 19 s): a task offered more often likely has no taker, and stepping aside for
+/// it would hold up this worker's own work.
+pub fn step_aside(n: u64) -> Option<Duration> {
+    (n <= 4).then(|| offer_delay(n) + STEP_ASIDE_MARGIN)
 }
 
 /// The delay before a failed task is tried again: longer with each delivery.
@@ -68,7 +87,15 @@ impl Settler {
             stats,
             metrics,
             identity: identity.to_string(),
+            aside_until: Arc::default(),
         }
+    }
+
+    /// Until when the worker claims nothing, having just offered a task it cannot run
+    /// to the others; `None` once that has passed.
+    pub fn stepping_aside(&self) -> Option<tokio::time::Instant> {
+        let until = (*self.aside_until.lock().expect("step aside"))?;
+        (until > tokio::time::Instant::now()).then_some(until)
     }
 
     /// The task queue.
@@ -127,9 +154,16 @@ impl Settler {
     /// account) to the other workers: handed back without spending a delivery, but later
     /// each time, so a task nobody can take does not spin on the queue. The watching
     /// coordinator reports the job as stalled.
+    ///
+    /// While the offer is young, the worker then steps aside ([`step_aside`]).
     pub async fn offer_to_others(&self, message: &ReceivedMessage, receipt: &str) {
         let (text, n) = handed_back(&message.text);
         let delay = offer_delay(n);
+        if let Some(aside) = step_aside(n) {
+            let until = tokio::time::Instant::now() + aside;
+            let mut current = self.aside_until.lock().expect("step aside");
+            *current = Some(current.map_or(until, |c| c.max(until)));
+        }
         tracing::warn!(
             offered = n,
             retry_in_s = delay.as_secs(),
@@ -409,8 +443,15 @@ mod tests {
 
     #[test]
     fn offers_grow_rarer() {
-        let delays: Vec<u64> = (1..=8).map(|n| offer_delay(n).as_secs()).collect();
-        assert_eq!(delays, vec![30, 60, 120, 240, 480, 600, 600, 600]);
+        let delays: Vec<u64> = (1..=11).map(|n| offer_delay(n).as_secs()).collect();
+        assert_eq!(delays, vec![2, 4, 8, 16, 32, 64, 128, 256, 512, 600, 600]);
+        let aside: Vec<Option<u64>> = (1..=6)
+            .map(|n| step_aside(n).map(|d| d.as_secs()))
+            .collect();
+        assert_eq!(
+            aside,
+            vec![Some(5), Some(7), Some(11), Some(19), None, None]
+        );
     }
 
     #[tokio::test(start_paused = true)]

@@ -240,6 +240,15 @@ impl Worker {
                 p = slots.clone().acquire_owned() => p.expect("semaphore is never closed"),
             };
             while running.try_join_next().is_some() {}
+            // Having offered a task it cannot run, the worker lets the others claim it.
+            if let Some(until) = self.settler.stepping_aside() {
+                drop(first);
+                tokio::select! {
+                    _ = shutdown.cancelled() => break,
+                    _ = tokio::time::sleep_until(until) => {}
+                }
+                continue;
+            }
             let free = 1 + slots.available_permits();
             let claimed = tokio::select! {
                 _ = shutdown.cancelled() => break,
@@ -555,6 +564,58 @@ pub(crate) mod tests {
         stop.cancel();
         run.await.unwrap().unwrap();
         (blobs, store, root)
+    }
+
+    /// Regression (audit 12): a worker without the target's credentials, idle
+    /// otherwise, took each task back as it reappeared after its offer (30 s, doubling),
+    /// while the workers that could run it polled an empty queue: a restore of 12 s ran
+    /// for over 12 minutes. It now offers it again after 2 s and claims nothing until
+    /// a little after that, so an idle worker polling once a second claims it first.
+    #[tokio::test(start_paused = true)]
+    async fn a_task_offered_to_others_reaches_an_idle_worker_that_can_run_it() {
+        let queue = Arc::new(MemoryQueue::new("q"));
+        let store = Store::new(Arc::new(MemoryBlobs::new("c")));
+        let task = planted_restore(&store, JobStatus::InProgress).await;
+        let backends = WorkerBackends {
+            queue: queue.clone(),
+            lease_queue: queue.clone(),
+            poison: Arc::new(MemoryQueue::new("q-poison")),
+            store_for: Arc::new(move |_| Ok(store.clone())),
+        };
+        // This worker holds no credentials for the restore's target, and polls faster
+        // than the other.
+        let mut config = WorkerConfig::new(StorageAccount::emulator(), "q");
+        config.max_poll_interval = Duration::from_millis(200);
+        let worker = Worker::with_backends(config, Arc::new(WorkerStats::default()), backends);
+        queue.put(&task.encode(), None).await.unwrap();
+        let stop = CancellationToken::new();
+        let run = tokio::spawn(worker.run(stop.clone()));
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        assert!(
+            queue
+                .receive(1, Duration::from_secs(60))
+                .await
+                .unwrap()
+                .is_empty(),
+            "offered, so hidden for now"
+        );
+        // The other worker: idle, polling once a second.
+        let start = tokio::time::Instant::now();
+        let claimed_after = loop {
+            let claimed = queue.receive(1, Duration::from_secs(60)).await.unwrap();
+            if let Some(m) = claimed.first() {
+                assert_eq!(TaskMessage::decode(&m.text).unwrap().task, task.task);
+                break start.elapsed();
+            }
+            assert!(start.elapsed() < Duration::from_secs(600), "never claimed");
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        };
+        assert!(
+            claimed_after < Duration::from_secs(5),
+            "the other worker claimed it only after {claimed_after:?}"
+        );
+        stop.cancel();
+        run.await.unwrap().unwrap();
     }
 
     /// A task handed on before it ran stops its heartbeat and, the worker having
