@@ -185,17 +185,59 @@ pub async fn forget(store: &Store, req: &ForgetRequest) -> Result<RetentionRepor
         return Err(Error::invalid("name at least one backup id to forget"));
     }
     let backups = survey::survey(store, req.now, &req.abandoned_after).await?;
-    let removed = plan::forget(&backups, req).map_err(Error::invalid)?;
-    carry_out(
+    forget_surveyed(store, &backups, req).await
+}
+
+/// [`forget`] of the `backups` a survey found.
+async fn forget_surveyed(
+    store: &Store,
+    backups: &[survey::Surveyed],
+    req: &ForgetRequest,
+) -> Result<RetentionReport> {
+    let removed = plan::forget(backups, req).map_err(Error::invalid)?;
+    let report = carry_out(
         store,
-        &backups,
+        backups,
         Vec::new(),
         removed,
         req.dry_run,
         req.now,
         &req.abandoned_after,
     )
-    .await
+    .await?;
+    refused_late(report)
+}
+
+/// A `forget` whose backup a restore began to read between the check and the removal
+/// kept it, as it must, but reported that as a success (exit 0, "removed 0"): a script's
+/// `forget ID && …` was told the backup was gone. Such a backup is a refusal, as one
+/// the check had caught, naming what was removed all the same.
+fn refused_late(report: RetentionReport) -> Result<RetentionReport> {
+    if report.kept.is_empty() {
+        return Ok(report);
+    }
+    let refused: Vec<String> = report
+        .kept
+        .iter()
+        .map(|d| {
+            format!(
+                "{}: {} began reading it while it was being removed (wait for it to \
+                 finish, or cancel it)",
+                d.id,
+                d.reasons.join(", ")
+            )
+        })
+        .collect();
+    let removed: Vec<&str> = report.removed.iter().map(|d| d.id.as_str()).collect();
+    let also = if removed.is_empty() {
+        "nothing was removed".to_string()
+    } else {
+        format!("removed {}", removed.join(", "))
+    };
+    Err(Error::invalid(format!(
+        "not removed: {}; {also}",
+        refused.join("; ")
+    )))
 }
 
 async fn carry_out(

@@ -300,6 +300,38 @@ async fn forget_refuses_the_newest_and_what_restores_read() {
     assert_eq!(under(&blobs, &a), 0);
 }
 
+/// Regression (audit 12): a restore that began reading a backup between `forget`'s
+/// check and its removal kept the backup, as it must, but `forget` exited 0 ("removed
+/// 0 backup(s)"), so `forget ID && …` was told it was gone. It is a refusal now, which
+/// names what was removed all the same.
+#[tokio::test]
+async fn a_restore_begun_while_forget_removes_its_backup_is_a_refusal() {
+    let (blobs, store) = fakes();
+    let a = complete(&store, now() - 4 * DAY, "acct", "0000000a").await;
+    let b = complete(&store, now() - 3 * DAY, "acct", "0000000b").await;
+    complete(&store, now() - DAY, "acct", "0000000c").await;
+    let req = ForgetRequest {
+        ids: vec![a.clone(), b.clone()],
+        abandoned_after: "7d".parse().unwrap(),
+        dry_run: false,
+        now: now(),
+    };
+    let backups = survey::survey(&store, req.now, &req.abandoned_after)
+        .await
+        .unwrap();
+    // The restore registers after the survey, before the removal.
+    restore_of(&store, &b, "20261122T115959Z-r0000001", "in-progress").await;
+    let kept = under(&blobs, &b);
+    let e = forget_surveyed(&store, &backups, &req).await.unwrap_err();
+    assert!(matches!(e, crate::Error::Invalid(_)), "{e}");
+    let text = e.to_string();
+    assert!(text.contains(&format!("not removed: {b}")), "{text}");
+    assert!(text.contains("began reading it"), "{text}");
+    assert!(text.contains(&format!("removed {a}")), "{text}");
+    assert_eq!(under(&blobs, &a), 0, "the other one went");
+    assert_eq!(under(&blobs, &b), kept, "the one read stays whole");
+}
+
 /// Regression: two accounts of one name (two emulators; a Storage and a Cosmos DB
 /// Table account) were one group, and `--keep-last 1` removed one account's only
 /// backup as the other's older one.
