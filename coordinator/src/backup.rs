@@ -485,6 +485,10 @@ impl Watched for BackupWatch {
         BackupPaths::new(&self.state.job.backup_id).heartbeats_root()
     }
 
+    fn finish_marker(&self) -> Option<String> {
+        Some(BackupPaths::new(&self.state.job.backup_id).manifest())
+    }
+
     fn resume_hint(&self) -> String {
         format!(
             "resume with `tablevault status {} --wait`",

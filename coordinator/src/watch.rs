@@ -126,7 +126,17 @@ pub(crate) trait Watched: Send + Sync {
     fn heartbeats_root(&self) -> String;
     /// How to carry the job on after this watch gives up.
     fn resume_hint(&self) -> String;
+    /// A blob whose appearance says the job has most likely settled (a backup's
+    /// manifest, written by the worker that commits its last task): checked between
+    /// looks, one request each [`MARKER_POLL`], so a watch of other machines' workers
+    /// ends with the job rather than up to [`MAX_REFRESH_GAP`] later.
+    fn finish_marker(&self) -> Option<String> {
+        None
+    }
 }
+
+/// How often the watch asks whether the job's finish marker has appeared.
+const MARKER_POLL: Duration = Duration::from_secs(1);
 
 /// Tells whether anything is happening to a job: new records, rewritten heartbeats, or
 /// in-process workers' counters moving. Only this process's clock is used (heartbeats are
@@ -286,9 +296,25 @@ pub(crate) async fn watch(
                     }
                 }
             };
+            // Wakes when the job's finish marker appears: the workers are elsewhere,
+            // and looks spaced for a long job's listings came up to 15 s after its end
+            // (its duration then reported that much too long: audit 13).
+            let marker = state.finish_marker();
+            let marker_seen = async {
+                let Some(path) = &marker else {
+                    return std::future::pending().await;
+                };
+                loop {
+                    tokio::time::sleep(MARKER_POLL).await;
+                    if matches!(store.exists(path).await, Ok(true)) {
+                        return;
+                    }
+                }
+            };
             tokio::select! {
                 _ = opts.shutdown.cancelled() => return Ok(JobStatus::Interrupted),
                 _ = local_done => {}
+                _ = marker_seen => {}
                 _ = tokio::time::sleep_until(look + refresh_gap(look_took, looked, opts.poll)) => {}
             }
         }
@@ -478,6 +504,69 @@ mod tests {
         let looks = looks.load(Ordering::SeqCst);
         // One look at the start, one for the stored wake-up, one per poll interval.
         assert!((4..=8).contains(&looks), "{looks} looks in one second");
+    }
+
+    /// Regression (audit 13): with the workers on other machines, a watch whose looks
+    /// were spaced out for a long job's listings (up to 15 s) returned that long after
+    /// the job's end, and reported its duration so much too long. The finish marker
+    /// ends it within a second or two.
+    #[tokio::test(start_paused = true)]
+    async fn a_job_settled_elsewhere_is_seen_by_its_finish_marker() {
+        struct Marked(OneTask);
+        #[async_trait]
+        impl Watched for Marked {
+            async fn refresh(&mut self, store: &Store) -> Result<()> {
+                self.0.refresh(store).await?;
+                // A long job's listing: the next look is spaced out to the cap.
+                tokio::time::sleep(Duration::from_secs(5)).await;
+                Ok(())
+            }
+            fn snapshot(&self, live: Option<&WorkerStats>) -> Snapshot {
+                self.0.snapshot(live)
+            }
+            fn settled(&mut self) -> Result<Option<JobStatus>> {
+                self.0.settled()
+            }
+            fn records_seen(&self) -> usize {
+                0
+            }
+            fn planned_tasks(&self) -> u64 {
+                1
+            }
+            fn heartbeats_root(&self) -> String {
+                self.0.heartbeats_root()
+            }
+            fn resume_hint(&self) -> String {
+                String::new()
+            }
+            fn finish_marker(&self) -> Option<String> {
+                Some("job/manifest.json".into())
+            }
+        }
+        let finished = Arc::new(AtomicBool::new(false));
+        let mut job = Marked(OneTask {
+            finished: finished.clone(),
+            looks: Default::default(),
+            seen_finished: false,
+        });
+        let opts = WatchOptions::new(CancellationToken::new());
+        let location = location();
+        let store = location.store().unwrap();
+        let start = tokio::time::Instant::now();
+        // The last task ends elsewhere at 7 s: the look begun at 5 s (and taking 5 s)
+        // has missed it, and the next would begin at 55 s, capped to 20 s.
+        let elsewhere = async {
+            tokio::time::sleep(Duration::from_secs(7)).await;
+            finished.store(true, Ordering::SeqCst);
+            store.overwrite("job/manifest.json", &1).await.unwrap();
+        };
+        let (status, ()) = tokio::join!(watch(&location, "job", &mut job, &opts), elsewhere);
+        assert_eq!(status.unwrap(), JobStatus::Complete);
+        let took = start.elapsed();
+        assert!(
+            took < Duration::from_secs(15),
+            "the watch ended after {took:?}"
+        );
     }
 
     #[test]
