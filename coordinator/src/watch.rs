@@ -228,6 +228,26 @@ fn local_work_done(planned: u64, stats: &WorkerStats) -> bool {
     done >= known
 }
 
+/// Why a watch that runs workers of its own stops after `idle` without progress:
+/// their tasks kept failing, most likely on storage that does not answer. (It said to
+/// start workers or pass `--workers N`, which the command had done: audit 12, a
+/// restore through a 150 s hang of the emulator.)
+fn local_stall(job_id: &str, idle: Duration, stats: &WorkerStats, resume: &str) -> String {
+    let retried = WorkerStats::get(&stats.tasks_retried);
+    let failures = match stats.last_failure() {
+        Some(why) if retried > 0 => {
+            format!("; their tasks were given back for a retry {retried} times, the last: {why}")
+        }
+        _ => String::new(),
+    };
+    format!(
+        "nothing has progressed on job {job_id} for {} s, though this command runs workers: \
+         no task finished and none read or wrote an entity{failures}. The storage may not be \
+         answering (the warnings above name each operation and host); fix the cause, then {resume}",
+        idle.as_secs()
+    )
+}
+
 /// Watches `job` until it settles or the watch is cancelled (then `Interrupted`).
 pub(crate) async fn watch(
     location: &Location,
@@ -271,6 +291,16 @@ pub(crate) async fn watch(
                 )));
             }
             let idle = liveness.observe(store, state, stats.as_deref()).await;
+            if idle >= opts.stall_timeout
+                && let Some(stats) = &stats
+            {
+                return Err(Error::Stalled(local_stall(
+                    job_id,
+                    idle,
+                    stats,
+                    &state.resume_hint(),
+                )));
+            }
             if idle >= opts.stall_timeout {
                 return Err(Error::Stalled(format!(
                     "nothing has worked on job {job_id} for {} s: no task finished and no worker \
@@ -566,6 +596,28 @@ mod tests {
         assert!(
             took < Duration::from_secs(15),
             "the watch ended after {took:?}"
+        );
+    }
+
+    /// Regression (audit 12): a watch running workers of its own that stops because
+    /// nothing progresses (the storage hung) said to start workers or pass
+    /// `--workers N`. It now says its workers' tasks kept failing, and why.
+    #[test]
+    fn a_stall_with_workers_of_its_own_names_their_failures() {
+        let stats = WorkerStats::default();
+        let text = local_stall("J", Duration::from_secs(80), &stats, "resume with X");
+        assert!(text.contains("though this command runs workers"), "{text}");
+        assert!(!text.contains("--workers N") && !text.contains("Start `tablevault-worker`"));
+        WorkerStats::add(&stats.tasks_retried, 3);
+        stats.note_failure("Entity Group Transaction to 127.0.0.1:24702: no success within 20 s");
+        let text = local_stall("J", Duration::from_secs(80), &stats, "resume with X");
+        assert!(
+            text.contains("given back for a retry 3 times, the last: Entity Group Transaction to 127.0.0.1:24702"),
+            "{text}"
+        );
+        assert!(
+            text.ends_with("fix the cause, then resume with X"),
+            "{text}"
         );
     }
 

@@ -22,6 +22,9 @@ pub struct WorkerStats {
     pub tasks_split: AtomicU64,
     /// Signalled when a task is finished or poisoned, so a watcher can look at once.
     pub changed: tokio::sync::Notify,
+    /// Why the last task given back for a retry failed (error text, already redacted),
+    /// for a watch that stops because nothing progresses.
+    last_failure: std::sync::Mutex<Option<String>>,
 }
 
 impl WorkerStats {
@@ -33,5 +36,15 @@ impl WorkerStats {
     /// Reads a counter.
     pub fn get(counter: &AtomicU64) -> u64 {
         counter.load(Ordering::Relaxed)
+    }
+
+    /// Notes why a task was given back for a retry.
+    pub fn note_failure(&self, why: &str) {
+        *self.last_failure.lock().expect("last failure") = Some(why.to_string());
+    }
+
+    /// Why the last task given back for a retry failed, if one was.
+    pub fn last_failure(&self) -> Option<String> {
+        self.last_failure.lock().expect("last failure").clone()
     }
 }

@@ -135,6 +135,7 @@ impl Settler {
             }
             Err(TaskError::Transient(why)) => {
                 WorkerStats::add(&self.stats.tasks_retried, 1);
+                self.stats.note_failure(&why);
                 self.metrics.failed(Kind::of(&poison.task.kind));
                 let delay = retry_delay(message.dequeue_count);
                 tracing::warn!(reason = %why, retry_in_s = delay.as_secs(), "task failed; it will be retried");
