@@ -542,11 +542,28 @@ pub(crate) mod tests {
         let queue = Arc::new(MemoryQueue::new("q"));
         let blobs = Arc::new(MemoryBlobs::new("c"));
         let store = Store::new(blobs.clone());
-        let task = planted_restore(&store, JobStatus::InProgress).await;
+        let (task, stop, run) = a_worker_offering_a_restore_task(&queue, &store).await;
         let TaskKind::Restore { restore, .. } = &task.kind else {
             unreachable!()
         };
-        let root = BackupPaths::new(&task.job).restore_heartbeats_root(restore);
+        let root = BackupPaths::new(&task.job).restore_heartbeats_root(&restore);
+        stop.cancel();
+        run.await.unwrap().unwrap();
+        (blobs, store, root)
+    }
+
+    /// A worker on fakes, without credentials for any target, that has claimed and
+    /// offered to others a live restore's task planted in `store` (500 ms after it
+    /// started, polling every 200 ms). Returns the task, the worker's stop and its run.
+    async fn a_worker_offering_a_restore_task(
+        queue: &Arc<MemoryQueue>,
+        store: &Store,
+    ) -> (
+        TaskMessage,
+        CancellationToken,
+        tokio::task::JoinHandle<Result<(), Error>>,
+    ) {
+        let task = planted_restore(store, JobStatus::InProgress).await;
         let stores = store.clone();
         let backends = WorkerBackends {
             queue: queue.clone(),
@@ -561,9 +578,7 @@ pub(crate) mod tests {
         let stop = CancellationToken::new();
         let run = tokio::spawn(worker.run(stop.clone()));
         tokio::time::sleep(Duration::from_millis(500)).await;
-        stop.cancel();
-        run.await.unwrap().unwrap();
-        (blobs, store, root)
+        (task, stop, run)
     }
 
     /// Regression (audit 12): a worker without the target's credentials, idle
@@ -575,22 +590,8 @@ pub(crate) mod tests {
     async fn a_task_offered_to_others_reaches_an_idle_worker_that_can_run_it() {
         let queue = Arc::new(MemoryQueue::new("q"));
         let store = Store::new(Arc::new(MemoryBlobs::new("c")));
-        let task = planted_restore(&store, JobStatus::InProgress).await;
-        let backends = WorkerBackends {
-            queue: queue.clone(),
-            lease_queue: queue.clone(),
-            poison: Arc::new(MemoryQueue::new("q-poison")),
-            store_for: Arc::new(move |_| Ok(store.clone())),
-        };
-        // This worker holds no credentials for the restore's target, and polls faster
-        // than the other.
-        let mut config = WorkerConfig::new(StorageAccount::emulator(), "q");
-        config.max_poll_interval = Duration::from_millis(200);
-        let worker = Worker::with_backends(config, Arc::new(WorkerStats::default()), backends);
-        queue.put(&task.encode(), None).await.unwrap();
-        let stop = CancellationToken::new();
-        let run = tokio::spawn(worker.run(stop.clone()));
-        tokio::time::sleep(Duration::from_millis(500)).await;
+        // The worker polls faster than the other one below.
+        let (task, stop, run) = a_worker_offering_a_restore_task(&queue, &store).await;
         assert!(
             queue
                 .receive(1, Duration::from_secs(60))
