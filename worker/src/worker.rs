@@ -546,7 +546,7 @@ pub(crate) mod tests {
         let TaskKind::Restore { restore, .. } = &task.kind else {
             unreachable!()
         };
-        let root = BackupPaths::new(&task.job).restore_heartbeats_root(&restore);
+        let root = BackupPaths::new(&task.job).restore_heartbeats_root(restore);
         stop.cancel();
         run.await.unwrap().unwrap();
         (blobs, store, root)
