@@ -53,11 +53,14 @@ impl Equality {
 
 /// What to do besides counting.
 #[derive(Debug, Clone, Copy)]
-pub struct CompareOptions {
+pub struct CompareOptions<'a> {
     /// How entities are compared.
     pub equality: Equality,
     /// Delete live entities the backup does not hold.
     pub delete_extras: bool,
+    /// Counts each deletion as it succeeds, so that what an interrupted comparison
+    /// deleted is known.
+    pub deleted: Option<&'a std::sync::atomic::AtomicU64>,
 }
 
 /// Counts of one table's comparison.
@@ -165,9 +168,18 @@ struct Deleter<'a> {
     table: &'a str,
     pending: Vec<EntityKey>,
     deleted: u64,
+    /// The comparison's running count, across ranges.
+    running: Option<&'a std::sync::atomic::AtomicU64>,
 }
 
 impl Deleter<'_> {
+    fn count(&mut self, n: u64) {
+        self.deleted += n;
+        if let Some(r) = self.running {
+            r.fetch_add(n, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+
     async fn push(&mut self, k: EntityKey) -> Result<()> {
         if self.pending.first().is_some_and(|p| p.pk != k.pk) || self.pending.len() >= 100 {
             self.flush().await?;
@@ -191,7 +203,7 @@ impl Deleter<'_> {
         let mut one_by_one = single;
         if !ops.is_empty() {
             match self.client.submit_batch(self.table, &ops).await {
-                Ok(()) => self.deleted += ops.len() as u64,
+                Ok(()) => self.count(ops.len() as u64),
                 // Someone deleted one meanwhile: settle them one at a time.
                 Err(e) if e.status() == Some(404) && !e.has_code("TableNotFound") => {
                     one_by_one.extend(grouped)
@@ -201,7 +213,7 @@ impl Deleter<'_> {
         }
         for k in one_by_one {
             match self.client.delete_entity(self.table, &k.pk, &k.rk).await {
-                Ok(()) => self.deleted += 1,
+                Ok(()) => self.count(1),
                 Err(e) if e.status() == Some(404) && !e.has_code("TableNotFound") => {}
                 Err(e) => return Err(e.into()),
             }
@@ -218,7 +230,7 @@ async fn compare_range(
     live_client: &TableClient,
     live_table: &str,
     exists: bool,
-    opts: CompareOptions,
+    opts: CompareOptions<'_>,
 ) -> Result<(Counts, Vec<Difference>)> {
     let commit = store.commit_record(&range.commit).await?;
     let mut live = if exists {
@@ -233,6 +245,7 @@ async fn compare_range(
         table: live_table,
         pending: Vec::new(),
         deleted: 0,
+        running: opts.deleted,
     });
     let mut note = |counts: &mut Counts, key: EntityKey, kind: DifferenceKind, props| {
         match kind {
@@ -311,7 +324,7 @@ pub async fn compare_tables(
     manifest: &Manifest,
     pairs: &[(String, String)],
     live_client: &TableClient,
-    opts: CompareOptions,
+    opts: CompareOptions<'_>,
     progress: Option<&dyn Progress>,
 ) -> Result<Vec<TableComparison>> {
     let mut out = Vec::new();

@@ -92,6 +92,7 @@ pub async fn preview(req: &RestoreRequest, location: &Location) -> Result<Restor
         CompareOptions {
             equality: Equality::for_mode(req.mode),
             delete_extras: false,
+            deleted: None,
         },
         None,
     )

@@ -126,6 +126,17 @@ impl BackupPaths {
         format!("{}/restores/{restore}/poison/{table}/{task}.json", self.id)
     }
 
+    /// `<id>/restores/<restore>/deleted/`.
+    pub fn restore_deletions_root(&self, restore: &str) -> String {
+        format!("{}/restores/{restore}/deleted/", self.id)
+    }
+
+    /// `<id>/restores/<restore>/deleted/<run>.json`: what one run of a `replace`
+    /// restore deleted.
+    pub fn restore_deletions(&self, restore: &str, run: &str) -> String {
+        format!("{}/restores/{restore}/deleted/{run}.json", self.id)
+    }
+
     /// `<id>/restores/<restore>/report.json`: the final report.
     pub fn restore_report(&self, restore: &str) -> String {
         format!("{}/restores/{restore}/report.json", self.id)
