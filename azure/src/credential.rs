@@ -225,6 +225,12 @@ pub trait TokenProvider: Send + Sync + fmt::Debug {
     }
 }
 
+/// How an error names why the last token request got no answer
+/// ([`TokenProvider::unanswered`]): ` (last token request: why)`.
+pub(crate) fn last_token_request(why: &str) -> String {
+    format!(" (last token request: {why})")
+}
+
 /// A fixed token, for tests and for tokens obtained outside tablevault.
 pub struct StaticToken(Secret<String>);
 

@@ -210,7 +210,7 @@ impl TokenCache {
             .map_err(|e| {
                 let unanswered = self
                     .unanswered()
-                    .map(|why| format!(" (last token request: {why})"))
+                    .map(|why| crate::credential::last_token_request(&why))
                     .unwrap_or_default();
                 TokenError(format!(
                     "cannot get a token for {} as {}{unanswered}: {}",

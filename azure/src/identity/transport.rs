@@ -75,11 +75,7 @@ impl HttpClient for ReqwestTransport {
         let response = self.client.execute(req.body(body).build().map_err(|e| {
             Error::with_message(ErrorKind::Other, format!("building the token request: {e}"))
         })?);
-        let host = request.url().host_str().unwrap_or("?").to_string();
-        let host = match request.url().port() {
-            Some(port) => format!("{host}:{port}"),
-            None => host,
-        };
+        let host = crate::pipeline::host_and_port(request.url());
         let response = response.await.map_err(|e| {
             let kind = if e.is_connect() {
                 ErrorKind::Connection

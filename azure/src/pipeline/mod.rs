@@ -89,12 +89,22 @@ impl Default for ClientOptions {
     }
 }
 
-/// Adds authorization to a request: a Shared Key header, a bearer token, or nothing (SAS
-/// is already in the URL). Called for every attempt so each one has a fresh signature.
-///
+/// `host:port` of a URL (the scheme's port where none is given), as errors name a host;
+/// the whole URL where it has no host.
+pub(crate) fn host_and_port(url: &Url) -> String {
+    match (url.host_str(), url.port_or_known_default()) {
+        (Some(h), Some(p)) => format!("{h}:{p}"),
+        (Some(h), None) => h.to_string(),
+        _ => url.as_str().to_string(),
+    }
+}
+
 /// How the last error reads while an operation waits for a token.
 const WAITING_FOR_TOKEN: &str = "waiting for an Entra ID token";
 
+/// Adds authorization to a request: a Shared Key header, a bearer token, or nothing (SAS
+/// is already in the URL). Called for every attempt so each one has a fresh signature.
+///
 /// While a bearer token is awaited (not at hand in the cache), `waiting` says so: an
 /// operation whose deadline passes then names the identity provider, not the storage
 /// host, which a hung token endpoint was once blamed on ("no answer").
@@ -286,11 +296,7 @@ impl ServiceClient {
             request_timeout: options.request_timeout,
             deadline: options.deadline,
             cancel: options.cancel.clone(),
-            host: match (endpoint.host_str(), endpoint.port_or_known_default()) {
-                (Some(h), Some(p)) => format!("{h}:{p}"),
-                (Some(h), None) => h.to_string(),
-                _ => endpoint.as_str().to_string(),
-            },
+            host: host_and_port(&endpoint),
             endpoint,
             credential: account.credential().clone(),
             scheme,
@@ -398,7 +404,7 @@ impl ServiceClient {
             (last.starts_with(WAITING_FOR_TOKEN), &self.credential)
             && let Some(why) = provider.unanswered()
         {
-            last.push_str(&format!(" (last token request: {why})"));
+            last.push_str(&crate::credential::last_token_request(&why));
         }
         last
     }
