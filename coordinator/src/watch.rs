@@ -291,25 +291,19 @@ pub(crate) async fn watch(
                 )));
             }
             let idle = liveness.observe(store, state, stats.as_deref()).await;
-            if idle >= opts.stall_timeout
-                && let Some(stats) = &stats
-            {
-                return Err(Error::Stalled(local_stall(
-                    job_id,
-                    idle,
-                    stats,
-                    &state.resume_hint(),
-                )));
-            }
             if idle >= opts.stall_timeout {
-                return Err(Error::Stalled(format!(
-                    "nothing has worked on job {job_id} for {} s: no task finished and no worker \
-                     reported progress. Start `tablevault-worker` on queue {:?} with credentials \
-                     for the job's accounts, or run this command with --workers N; then {}",
-                    idle.as_secs(),
-                    location.queue,
-                    state.resume_hint()
-                )));
+                let resume = state.resume_hint();
+                return Err(Error::Stalled(match &stats {
+                    Some(stats) => local_stall(job_id, idle, stats, &resume),
+                    None => format!(
+                        "nothing has worked on job {job_id} for {} s: no task finished and no \
+                         worker reported progress. Start `tablevault-worker` on queue {:?} with \
+                         credentials for the job's accounts, or run this command with \
+                         --workers N; then {resume}",
+                        idle.as_secs(),
+                        location.queue,
+                    ),
+                }));
             }
             // Wakes when a task of the in-process workers ends and they have finished
             // every task they know of (not before a task ends: if other workers hold the

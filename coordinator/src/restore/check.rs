@@ -7,7 +7,7 @@ use std::time::Instant;
 use tablevault_azure::StorageAccount;
 use tablevault_azure::table::TableClient;
 use tablevault_core::protocol::{
-    JobStatus, Manifest, RestoreJob, RestoreMode, now_rfc3339, worker_identity,
+    DeletionsRecord, JobStatus, Manifest, RestoreJob, RestoreMode, now_rfc3339, worker_identity,
 };
 use tablevault_core::store::{BackupPaths, Store};
 
@@ -134,14 +134,6 @@ async fn record_deletions(store: &Store, backup: &str, restore: &str, deleted: u
     if let Err(e) = store.overwrite(&path, &record).await {
         tracing::warn!(error = %e, deleted, "could not record what this run deleted; the report of a resumed run will count fewer");
     }
-}
-
-/// `<restore>/deleted/<run>.json`: what one run of a `replace` restore deleted.
-#[derive(Debug, serde::Serialize, serde::Deserialize)]
-struct DeletionsRecord {
-    deleted: u64,
-    at: String,
-    by: String,
 }
 
 /// After every task wrote its entities: deletes extras (`replace`) and checks the target.

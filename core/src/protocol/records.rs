@@ -213,6 +213,19 @@ fn default_true() -> bool {
     true
 }
 
+/// `restores/<restore>/deleted/<run>.json`: what one run of a `replace` restore deleted
+/// of the entities the backup does not hold. A resumed restore's report sums every
+/// run's; a run killed outright left none.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeletionsRecord {
+    /// Entities this run deleted (each counted when its request succeeded).
+    pub deleted: u64,
+    /// When it was recorded.
+    pub at: String,
+    /// Which process recorded it (host and pid).
+    pub by: String,
+}
+
 /// `restores/<restore>/state.json`: where a restore stands, as the last command that
 /// acted on it recorded. Workers run a restore's tasks only while it is `in-progress`, so
 /// an interrupted, cancelled or finished restore writes nothing more.
