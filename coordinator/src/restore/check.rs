@@ -120,15 +120,16 @@ async fn record_deletions(store: &Store, backup: &str, restore: &str, deleted: u
     }
     // Unique per run: runs of one process (tests, a coordinator library) can follow
     // each other within a second.
+    let at = now_rfc3339();
     let run = format!(
         "{}-{:08x}",
-        now_rfc3339().replace([':', '-'], ""),
+        at.replace([':', '-'], ""),
         rand::random::<u32>()
     );
     let path = BackupPaths::new(backup).restore_deletions(restore, &run);
     let record = DeletionsRecord {
         deleted,
-        at: now_rfc3339(),
+        at,
         by: worker_identity(),
     };
     if let Err(e) = store.overwrite(&path, &record).await {
