@@ -200,6 +200,9 @@ pub async fn verify(location: &Location, req: &VerifyRequest) -> Result<VerifyRe
     verify_with_progress(location, req, None).await
 }
 
+/// How a verify refused for a deletion of its backup ends its message.
+const VERIFY_STOPPED: &str = "what was read of it is not a verdict on it";
+
 /// [`verify`], telling `progress` after each block (ranges checked of all, entities read
 /// of the manifest's count).
 pub async fn verify_with_progress(
@@ -209,7 +212,13 @@ pub async fn verify_with_progress(
 ) -> Result<VerifyReport> {
     let store = &location.store()?;
     let started = Instant::now();
-    let manifest = crate::restore::load_complete_manifest(store, &req.backup_id).await?;
+    let manifest = crate::retention::unless_removed(
+        store,
+        &req.backup_id,
+        VERIFY_STOPPED,
+        crate::restore::load_complete_manifest(store, &req.backup_id).await,
+    )
+    .await?;
     let pairs = crate::selection::select(&manifest, req.tables.as_deref(), &req.renames)?;
     let selected = || {
         manifest
@@ -379,6 +388,13 @@ pub async fn verify_with_progress(
             ));
         }
         tables.push(report);
+    }
+    // Files that went missing as they were read were removed, not damaged.
+    if !problems.is_empty()
+        && let Some(refusal) =
+            crate::retention::removal_refusal(store, &req.backup_id, VERIFY_STOPPED, true).await
+    {
+        return Err(refusal);
     }
     let mismatch = !problems.is_empty()
         || tables.iter().any(|t| {

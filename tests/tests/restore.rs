@@ -951,3 +951,72 @@ async fn a_cancelled_restore_writes_nothing_more_and_cannot_be_resumed() {
     let e = cancel(&t, &backup.backup_id).await.unwrap_err();
     assert!(e.to_string().contains("is a backup, not a restore"), "{e}");
 }
+
+/// Regression: a restore that read its backup's manifest while `prune` removed the
+/// backup met the commit records gone and exited 1 with a raw `BlobNotFound` (a retry
+/// cannot help), and a verify of it would have called the backup damaged (exit 4). Both
+/// are the deletion's refusal now, exit 2, and nothing is created in the target.
+/// Modelled at the moment the race makes: the deletion's marker written and the commit
+/// records gone, the manifest still there to read.
+#[tokio::test]
+async fn a_restore_that_meets_its_backup_being_deleted_says_so() {
+    let Setup {
+        env,
+        client,
+        table,
+        source: _,
+        t,
+    } = numbered("gone", 2, 10).await;
+    let backup = run_backup(
+        &backup_of(&env.account, &table),
+        &t,
+        &watch_opts(1, &env.account),
+    )
+    .await
+    .unwrap();
+    let id = &backup.backup_id;
+    let paths = BackupPaths::new(id);
+    let s = store(&t);
+    let marker = tablevault_coordinator::retention::DeletionRecord {
+        backup_id: id.clone(),
+        created_at: None,
+        source_account: None,
+        tables: vec![table.clone()],
+        reason: "pruned".into(),
+        at: "2026-11-28T00:00:00Z".into(),
+        by: "test".into(),
+    };
+    s.overwrite(&paths.deleting(), &marker).await.unwrap();
+    let commits = s.list_names(&paths.commits_root()).await.unwrap();
+    assert!(!commits.is_empty());
+    s.delete_all(&commits).await.unwrap();
+
+    let renamed = unique_table("gonecopy");
+    let mut req = RestoreRequest::new(id, env.account.clone());
+    req.renames = vec![(table.clone(), renamed.clone())];
+    let err = run_restore(&req, &t, &watch_opts(1, &env.account))
+        .await
+        .unwrap_err();
+    let text = err.to_string();
+    assert!(
+        text.contains(&format!("backup {id} is being deleted")),
+        "{text}"
+    );
+    assert!(text.contains("stopped before writing"), "{text}");
+    assert_eq!(error_code(&err), ExitCode::Usage);
+    assert!(!client.table_exists(&renamed).await.unwrap());
+
+    let err = verify(
+        &t,
+        &VerifyRequest {
+            backup_id: id.clone(),
+            tables: None,
+            renames: vec![],
+            against: None,
+        },
+    )
+    .await
+    .unwrap_err();
+    assert!(err.to_string().contains("is being deleted"), "{err}");
+    assert_eq!(error_code(&err), ExitCode::Usage);
+}

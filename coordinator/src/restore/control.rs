@@ -121,16 +121,25 @@ pub async fn resume(
         }
         _ => {}
     }
-    let manifest = load_complete_manifest(&store, &job.backup_id).await?;
     let pairs = table_pairs(&job);
-    let tasks = all_tasks(
+    let read = async {
+        let manifest = load_complete_manifest(&store, &job.backup_id).await?;
+        all_tasks(
+            &store,
+            location,
+            &manifest,
+            restore_id,
+            &job.backup_id,
+            &pairs,
+            job.per_blob_max_bytes,
+        )
+        .await
+    };
+    let tasks = crate::retention::unless_removed(
         &store,
-        location,
-        &manifest,
-        restore_id,
         &job.backup_id,
-        &pairs,
-        job.per_blob_max_bytes,
+        "the restore cannot be carried on",
+        read.await,
     )
     .await?;
     let paths = BackupPaths::new(&job.backup_id);

@@ -86,6 +86,9 @@ impl RestoreRequest {
     }
 }
 
+/// How a restore refused for a deletion of its backup ends its message.
+pub(super) const STOPPED_BEFORE_WRITING: &str = "the restore stopped before writing";
+
 /// Loads a backup's manifest, refusing incomplete backups and unknown versions.
 pub async fn load_complete_manifest(store: &Store, id: &str) -> Result<Manifest> {
     // Distinguishes "no such backup" from "not complete".
@@ -284,21 +287,31 @@ async fn create_target_table(client: &TableClient, target: &AccountRef, table: &
 pub async fn plan_and_enqueue(req: &RestoreRequest, location: &Location) -> Result<RestoreJob> {
     crate::error::check_max_rate(req.max_rate)?;
     let store = location.store()?;
-    let manifest = load_complete_manifest(&store, &req.backup_id).await?;
-    let pairs = crate::selection::select(&manifest, req.tables.as_deref(), &req.renames)?;
     let target = AccountRef::of(&req.target)?;
     let tables_client = TableClient::with_options(&req.target, &location.client_options)?;
     let restore_id = new_backup_id();
     let paths = BackupPaths::new(&req.backup_id);
     // Read (and checked) before any table is created.
-    let tasks = all_tasks(
+    let read = async {
+        let manifest = load_complete_manifest(&store, &req.backup_id).await?;
+        let pairs = crate::selection::select(&manifest, req.tables.as_deref(), &req.renames)?;
+        let tasks = all_tasks(
+            &store,
+            location,
+            &manifest,
+            &restore_id,
+            &req.backup_id,
+            &pairs,
+            req.per_blob_max_bytes,
+        )
+        .await?;
+        Ok((manifest, pairs, tasks))
+    };
+    let (manifest, pairs, tasks) = crate::retention::unless_removed(
         &store,
-        location,
-        &manifest,
-        &restore_id,
         &req.backup_id,
-        &pairs,
-        req.per_blob_max_bytes,
+        STOPPED_BEFORE_WRITING,
+        read.await,
     )
     .await?;
     for (_, t) in &pairs {
@@ -371,7 +384,7 @@ async fn refuse_if_deleting(store: &Store, job: &RestoreJob) -> Result<()> {
     let note = Some("the backup is being deleted".to_string());
     set_state(store, job, JobStatus::Cancelled, note).await?;
     Err(Error::invalid(format!(
-        "backup {} is being deleted (prune or forget); the restore stopped before writing",
+        "backup {} is being deleted (prune or forget); {STOPPED_BEFORE_WRITING}",
         job.backup_id
     )))
 }

@@ -70,33 +70,39 @@ pub struct RestorePlan {
 /// deleted are exact at this moment.
 pub async fn preview(req: &RestoreRequest, location: &Location) -> Result<RestorePlan> {
     let store = location.store()?;
-    let manifest = load_complete_manifest(&store, &req.backup_id).await?;
-    let pairs = crate::selection::select(&manifest, req.tables.as_deref(), &req.renames)?;
     let target = AccountRef::of(&req.target)?;
     let client = TableClient::with_options(&req.target, &location.client_options)?;
-    let tasks = all_tasks(
-        &store,
-        location,
-        &manifest,
-        "preview",
-        &req.backup_id,
-        &pairs,
-        req.per_blob_max_bytes,
-    )
-    .await?;
-    let compared = compare_tables(
-        &store,
-        &manifest,
-        &pairs,
-        &client,
-        CompareOptions {
-            equality: Equality::for_mode(req.mode),
-            delete_extras: false,
-            deleted: None,
-        },
-        None,
-    )
-    .await?;
+    let read = async {
+        let manifest = load_complete_manifest(&store, &req.backup_id).await?;
+        let pairs = crate::selection::select(&manifest, req.tables.as_deref(), &req.renames)?;
+        let tasks = all_tasks(
+            &store,
+            location,
+            &manifest,
+            "preview",
+            &req.backup_id,
+            &pairs,
+            req.per_blob_max_bytes,
+        )
+        .await?;
+        let compared = compare_tables(
+            &store,
+            &manifest,
+            &pairs,
+            &client,
+            CompareOptions {
+                equality: Equality::for_mode(req.mode),
+                delete_extras: false,
+                deleted: None,
+            },
+            None,
+        )
+        .await?;
+        Ok((manifest, tasks, compared))
+    };
+    let (manifest, tasks, compared) =
+        crate::retention::unless_removed(&store, &req.backup_id, "nothing was planned", read.await)
+            .await?;
     let tables: Vec<PlannedTable> = compared
         .into_iter()
         .enumerate()
@@ -140,7 +146,13 @@ pub async fn preview(req: &RestoreRequest, location: &Location) -> Result<Restor
 /// the user's confirmation.
 pub async fn non_empty_targets(req: &RestoreRequest, location: &Location) -> Result<Vec<String>> {
     let store = location.store()?;
-    let manifest = load_complete_manifest(&store, &req.backup_id).await?;
+    let manifest = crate::retention::unless_removed(
+        &store,
+        &req.backup_id,
+        super::STOPPED_BEFORE_WRITING,
+        load_complete_manifest(&store, &req.backup_id).await,
+    )
+    .await?;
     let pairs = crate::selection::select(&manifest, req.tables.as_deref(), &req.renames)?;
     let client = TableClient::with_options(&req.target, &location.client_options)?;
     let mut out = Vec::new();

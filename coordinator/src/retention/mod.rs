@@ -66,6 +66,41 @@ pub async fn deleting(store: &Store, id: &str) -> Result<Option<DeletionRecord>>
     }
 }
 
+/// `read`'s outcome, unless it failed while a deletion (prune or forget) removed backup
+/// `id`: then the refusal that says so ([`removal_refusal`]). A deletion removes the
+/// manifest and job, then the commit records, then the data, so a command reading the
+/// backup as it goes meets a missing record or blob; said as that, it was exit 1 with a
+/// raw `BlobNotFound` (retrying cannot help) or exit 4 for a damaged backup. A usage
+/// error (an unknown backup or table) stands where no deletion is under way: the backup
+/// may never have been there.
+pub async fn unless_removed<T>(store: &Store, id: &str, then: &str, read: Result<T>) -> Result<T> {
+    let Err(e) = read else { return read };
+    let usage = matches!(e, Error::Invalid(_));
+    Err(removal_refusal(store, id, then, !usage).await.unwrap_or(e))
+}
+
+/// The refusal, ending with `then` (what the command did not do), of a command that
+/// read backup `id` while a deletion started on it, or, with `gone_counts`, that
+/// finished (its job is gone); `None` when neither, or when the look fails.
+pub async fn removal_refusal(
+    store: &Store,
+    id: &str,
+    then: &str,
+    gone_counts: bool,
+) -> Option<Error> {
+    if let Ok(Some(_)) = deleting(store, id).await {
+        return Some(Error::invalid(format!(
+            "backup {id} is being deleted (prune or forget); {then}"
+        )));
+    }
+    if gone_counts && let Ok(None) = store.backup_job(id).await {
+        return Some(Error::invalid(format!(
+            "backup {id} was deleted (prune or forget) while it was read; {then}"
+        )));
+    }
+    None
+}
+
 /// `tablevault prune`.
 #[derive(Debug, Clone)]
 pub struct PruneRequest {

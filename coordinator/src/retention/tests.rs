@@ -554,3 +554,53 @@ async fn a_deletion_stopped_at_any_step_is_finished_by_the_next_run() {
         step += 1;
     }
 }
+
+/// A read of a backup that failed is told as the deletion that removed it, wherever the
+/// deletion is: under way (its marker), or finished after the read began (the job gone,
+/// the read's own error a missing file). A usage error where the job never was (an
+/// unknown backup) and a failure of a backup nobody deletes stand as they were.
+#[tokio::test]
+async fn a_read_that_failed_under_a_deletion_is_told_as_that() {
+    let (_, store) = fakes();
+    let id = complete(&store, now() - DAY, "acct", "0000000a").await;
+    let missing = || -> crate::Result<()> {
+        Err(crate::Error::Storage(tablevault_core::testing::service(
+            "Read Commit Record",
+            404,
+            "BlobNotFound",
+        )))
+    };
+    let told = |r: crate::Result<()>| r.unwrap_err().to_string();
+
+    // Nobody deletes it: the failure stands.
+    let e = unless_removed(&store, &id, "then", missing()).await;
+    assert!(told(e).contains("BlobNotFound"));
+
+    // A deletion under way.
+    let marker = json!({ "backup_id": id, "reason": "pruned", "at": "x", "by": "y" });
+    store
+        .overwrite(&BackupPaths::new(&id).deleting(), &marker)
+        .await
+        .unwrap();
+    let e = unless_removed(&store, &id, "nothing done", missing()).await;
+    assert!(matches!(e, Err(crate::Error::Invalid(_))));
+    assert_eq!(
+        told(e),
+        format!("backup {id} is being deleted (prune or forget); nothing done")
+    );
+
+    // The deletion finished after the read began.
+    let all = store.list_names(&format!("{id}/")).await.unwrap();
+    store.delete_all(&all).await.unwrap();
+    let e = unless_removed(&store, &id, "nothing done", missing()).await;
+    assert_eq!(
+        told(e),
+        format!("backup {id} was deleted (prune or forget) while it was read; nothing done")
+    );
+
+    // Never there: the usage error stands.
+    let unknown = Err(crate::Error::invalid("backup x not found"));
+    let e = unless_removed(&store, &id, "nothing done", unknown).await;
+    assert_eq!(told(e), "backup x not found");
+    assert!(unless_removed(&store, &id, "-", Ok(())).await.is_ok());
+}
