@@ -85,13 +85,13 @@ fn restore_job(mode: RestoreMode) -> RestoreJob {
     }
 }
 
-/// Runs one restore attempt of `commit`'s first blob, in `mode`, against the scripted
+/// Runs one restore attempt of `commit`'s first blob, for `job`, against the scripted
 /// server, to its done record.
 async fn attempt_against(
     server: &MockServer,
     store: &Store,
     commit: &CommitRecord,
-    mode: RestoreMode,
+    job: RestoreJob,
 ) -> tablevault_core::protocol::RestoreRecord {
     let account = StorageAccount::from_connection_string(&format!(
         "DefaultEndpointsProtocol=http;AccountName=devstoreaccount1;AccountKey={EMULATOR_KEY};\
@@ -100,7 +100,6 @@ async fn attempt_against(
     ))
     .unwrap();
     let target = TableClient::new(&account).unwrap();
-    let job = restore_job(mode);
     let stats = WorkerStats::default();
     let attempt = RestoreAttempt {
         store,
@@ -139,7 +138,13 @@ async fn every_failure_of_a_batch_is_reported_not_only_the_last() {
         batch_failure(400, "PropertyValueTooLarge", 0),
     ])
     .await;
-    let record = attempt_against(&server, &store, &commit, RestoreMode::InsertFail).await;
+    let record = attempt_against(
+        &server,
+        &store,
+        &commit,
+        restore_job(RestoreMode::InsertFail),
+    )
+    .await;
     assert_eq!(record.failed, 2, "{:?}", record.failures);
     let codes: Vec<_> = record
         .failures
@@ -169,7 +174,7 @@ async fn one_refused_entity_does_not_keep_its_batch_out() {
         Reply::new(204, &[], ""),
     ])
     .await;
-    let record = attempt_against(&server, &store, &commit, RestoreMode::Upsert).await;
+    let record = attempt_against(&server, &store, &commit, restore_job(RestoreMode::Upsert)).await;
     assert_eq!(
         (record.written, record.failed),
         (2, 1),
@@ -195,4 +200,61 @@ async fn one_refused_entity_does_not_keep_its_batch_out() {
             "{line}"
         );
     }
+}
+
+/// Regression: an insert that found the backup's own data already in the target counted
+/// it identical, as if it was there before the restore; after a worker was killed
+/// mid-task, what its attempt had put back was reported so (an `insert-skip` restore
+/// under worker kills reported 467 of 900 missing entities written, 433 more as already
+/// there). What the service last wrote after the restore began is counted written.
+#[tokio::test]
+async fn what_an_earlier_attempt_inserted_counts_as_written() {
+    let entities: Vec<Entity> = ["a", "b", "c", "d"]
+        .iter()
+        .map(|&rk| Entity::new("p", rk).with("V", EdmValue::Int32(1)))
+        .collect();
+    let (store, commit) = backed_up(entities).await;
+    let found = |rk: &str, v: i32, at: &str| {
+        format!(r#"{{"PartitionKey":"p","RowKey":"{rk}","Timestamp":"{at}","V":{v}}}"#)
+    };
+    let existing = format!(
+        r#"{{"value":[{},{},{}]}}"#,
+        // There before the restore began, with the backup's data (in the second it was
+        // planned in: its plan's time is to the second).
+        found("a", 1, "2026-11-28T00:00:00.9999999Z"),
+        // Put back by an attempt that stopped before its record.
+        found("b", 1, "2026-11-28T00:00:01.0000001Z"),
+        // Changed since the restore began, by someone else: skipped.
+        found("c", 7, "2026-11-28T00:00:04.5Z"),
+    );
+    let server = MockServer::start(vec![
+        // Insert a, b, c and d: a exists.
+        batch_failure(409, "EntityAlreadyExists", 0),
+        // The conflict check finds a, b and c.
+        Reply::new(200, &[], existing.as_str()),
+        // Insert d alone.
+        Reply::new(
+            202,
+            &[],
+            "--batchresponse_1\r\nContent-Type: multipart/mixed; boundary=changesetresponse_2\r\n\r\n\
+--changesetresponse_2\r\nContent-Type: application/http\r\nContent-Transfer-Encoding: binary\r\n\r\n\
+HTTP/1.1 204 No Content\r\n\r\n\r\n--changesetresponse_2--\r\n--batchresponse_1--\r\n",
+        ),
+    ])
+    .await;
+    let job = RestoreJob {
+        created_at: "2026-11-28T00:00:00Z".into(),
+        ..restore_job(RestoreMode::InsertSkip)
+    };
+    let record = attempt_against(&server, &store, &commit, job).await;
+    assert_eq!(
+        (
+            record.written,
+            record.identical,
+            record.skipped,
+            record.failed
+        ),
+        (2, 1, 1, 0),
+        "{record:?}"
+    );
 }
