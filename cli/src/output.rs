@@ -227,7 +227,11 @@ pub fn print_backup(r: &BackupReport) {
     for p in &r.poisoned {
         print_poisoned(p);
     }
+    let dropped = dropped_tables(r);
     match r.status {
+        JobStatus::Incomplete if !dropped.is_empty() => {
+            println!("{}", dropped_advice(&r.backup_id, &dropped, &r.tables))
+        }
         JobStatus::Incomplete => println!(
             "  the backup is not usable; fix the cause, then `tablevault status {} --retry-poisoned --wait`",
             r.backup_id
@@ -434,6 +438,48 @@ fn unlisted(found: u64, listed: usize, shown: usize) -> Option<String> {
     })
 }
 
+/// The tables of a backup whose tasks were poisoned because the table no longer
+/// exists: dropped after the backup was planned.
+fn dropped_tables(r: &BackupReport) -> Vec<&str> {
+    let mut gone: Vec<&str> = r
+        .poisoned
+        .iter()
+        .filter(|p| p.reason.contains("TableNotFound"))
+        .map(|p| p.table.as_str())
+        .collect();
+    gone.sort_unstable();
+    gone.dedup();
+    gone
+}
+
+/// What to do about a backup left incomplete by tables dropped after it was planned:
+/// "fix the cause" named no cause, and a retry alone poisons the tasks again. A backup
+/// never reports success without every table it planned, so the ways on are to
+/// re-create the tables (a retry then backs up what they hold) or to back up the others.
+fn dropped_advice(
+    id: &str,
+    dropped: &[&str],
+    tables: &[tablevault_coordinator::report::TableReport],
+) -> String {
+    let others: Vec<&str> = tables
+        .iter()
+        .map(|t| t.name.as_str())
+        .filter(|t| !dropped.contains(t))
+        .collect();
+    let mut text = format!(
+        "  the backup is not usable: table(s) {} no longer exist (dropped after the backup was planned); \
+         re-create them (even empty), then `tablevault status {id} --retry-poisoned --wait`",
+        dropped.join(", ")
+    );
+    if !others.is_empty() {
+        text.push_str(&format!(
+            ", or back up the others: `tablevault backup --tables {}`",
+            others.join(",")
+        ));
+    }
+    text
+}
+
 fn print_poisoned(p: &tablevault_coordinator::report::PoisonReport) {
     let keys = p
         .range
@@ -501,6 +547,61 @@ mod tests {
             verify_command(&r),
             "tablevault verify 20261122T114600Z-1a2b3c4d --against \"$TABLEVAULT_TARGET\" \
              --tables Orders,Users --rename Orders=OrdersRestored"
+        );
+    }
+
+    /// Regression: a backup left incomplete by a table dropped after planning advised
+    /// "fix the cause" and a retry, which poisons the task again; it names the table
+    /// and the two ways on.
+    #[test]
+    fn a_table_dropped_after_planning_is_named_with_the_ways_on() {
+        use tablevault_coordinator::report::{PoisonReport, TableReport};
+        let table = |name: &str| TableReport {
+            name: name.into(),
+            entities: 3,
+            ranges: 1,
+            raw_bytes: 0,
+            stored_bytes: 0,
+        };
+        let poisoned = |table: &str, reason: &str| PoisonReport {
+            table: table.into(),
+            task: "r0000".into(),
+            reason: reason.into(),
+            range: None,
+        };
+        let r = BackupReport {
+            backup_id: "b".into(),
+            status: JobStatus::Incomplete,
+            container: "c".into(),
+            tables: vec![table("Orders"), table("Temp1"), table("Users")],
+            entities: 9,
+            raw_bytes: 0,
+            stored_bytes: 0,
+            tasks_committed: 2,
+            tasks_total: 4,
+            largest_task_entities: None,
+            poisoned: vec![
+                poisoned("Temp1", "Query Entities: HTTP 404 TableNotFound: gone"),
+                poisoned("Users", "something else"),
+                poisoned("Temp1", "HTTP 404 TableNotFound"),
+            ],
+            planning_seconds: None,
+            duration_seconds: 0.0,
+            entities_per_second: 0.0,
+            mb_per_second: 0.0,
+            peak_rss_bytes: None,
+        };
+        let dropped = dropped_tables(&r);
+        assert_eq!(dropped, ["Temp1"]);
+        let text = dropped_advice("b", &dropped, &r.tables);
+        assert!(text.contains("table(s) Temp1 no longer exist"), "{text}");
+        assert!(
+            text.contains("`tablevault status b --retry-poisoned --wait`"),
+            "{text}"
+        );
+        assert!(
+            text.contains("`tablevault backup --tables Orders,Users`"),
+            "{text}"
         );
     }
 
