@@ -93,7 +93,9 @@ pub struct BackupReport {
 impl BackupReport {
     /// Sets what a complete backup's manifest knows: its entities, bytes and tables,
     /// the ranges split off while it ran included (`status` once counted the planned
-    /// tasks alone: "1 ranges" of 13).
+    /// tasks alone: "1 ranges" of 13), and its time from plan to manifest, to the second
+    /// (`status --json` of a finished backup said `"duration_seconds": 0.0`; the command
+    /// that ran it times itself closer, after this).
     pub fn fill_from_manifest(&mut self, manifest: &tablevault_core::protocol::Manifest) {
         self.entities = manifest.entities;
         self.raw_bytes = manifest.raw_bytes;
@@ -109,6 +111,13 @@ impl BackupReport {
                 stored_bytes: t.stored_bytes,
             })
             .collect();
+        // Both times are to the second: a backup within one second has no rate to tell.
+        if let Some(seconds) =
+            crate::listing::seconds_between(&manifest.created_at, &manifest.completed_at)
+                .filter(|s| *s >= 1.0)
+        {
+            self.timed(seconds);
+        }
     }
 
     /// Sets the timing fields from the command's wall time.
@@ -229,4 +238,58 @@ pub fn peak_rss_bytes() -> Option<u64> {
     let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
     let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
     Some(kb * 1024)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tablevault_core::protocol::Manifest;
+
+    fn report() -> BackupReport {
+        BackupReport {
+            backup_id: "b".into(),
+            status: JobStatus::Complete,
+            container: "c".into(),
+            tables: Vec::new(),
+            entities: 0,
+            raw_bytes: 0,
+            stored_bytes: 0,
+            tasks_committed: 1,
+            tasks_total: 1,
+            largest_task_entities: None,
+            poisoned: Vec::new(),
+            planning_seconds: None,
+            duration_seconds: 0.0,
+            entities_per_second: 0.0,
+            mb_per_second: 0.0,
+            peak_rss_bytes: None,
+        }
+    }
+
+    /// Regression: `status --json` of a finished backup said it took no time, at no
+    /// rate. It is timed from the plan to the manifest.
+    #[test]
+    fn a_finished_backup_is_timed_from_its_manifest() {
+        let manifest: Manifest = serde_json::from_value(serde_json::json!({
+            "format": 1, "backup_id": "b", "created_at": "2026-11-28T00:00:00Z",
+            "completed_at": "2026-11-28T00:00:05Z",
+            "source": { "account": "a", "table_endpoint": "http://x" },
+            "compression": "zstd", "tables": [], "entities": 100, "raw_bytes": 0,
+            "stored_bytes": 10_000_000, "tool_version": "t"
+        }))
+        .unwrap();
+        let mut r = report();
+        r.fill_from_manifest(&manifest);
+        assert_eq!(
+            (r.duration_seconds, r.entities_per_second, r.mb_per_second),
+            (5.0, 20.0, 2.0)
+        );
+        // Within one second: no rate to tell.
+        let mut r = report();
+        r.fill_from_manifest(&Manifest {
+            completed_at: manifest.created_at.clone(),
+            ..manifest
+        });
+        assert_eq!((r.duration_seconds, r.entities_per_second), (0.0, 0.0));
+    }
 }
