@@ -8,7 +8,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use support::{Setup, backup_of, blob_client, numbered, store, target, watch_opts, worker_config};
+use support::{
+    Setup, back_up, backup_of, blob_client, numbered, store, target, watch_opts, worker_config,
+};
 use tablevault_azure::blob::PutOptions;
 use tablevault_azure::table::{BatchOperation, EdmValue, Entity, TableClient};
 use tablevault_cli::exit::{ExitCode, error_code};
@@ -726,13 +728,7 @@ async fn the_check_after_writing_catches_a_target_changed_behind_its_back() {
         source,
         t,
     } = numbered("check", 5, 40).await;
-    let backup = run_backup(
-        &backup_of(&env.account, &table),
-        &t,
-        &watch_opts(2, &env.account),
-    )
-    .await
-    .unwrap();
+    let backup = back_up(&env.account, &table, &t, 2).await;
     let dst = unique_table("dst");
     let mut r = RestoreRequest::new(&backup.backup_id, env.account.clone());
     r.renames = vec![(table.clone(), dst.clone())];
@@ -837,13 +833,7 @@ async fn a_mismatch_after_writing_fails_the_restore_with_exit_4() {
         t,
         ..
     } = numbered("mism", 2, 30).await;
-    let backup = run_backup(
-        &backup_of(&env.account, &table),
-        &t,
-        &watch_opts(1, &env.account),
-    )
-    .await
-    .unwrap();
+    let backup = back_up(&env.account, &table, &t, 1).await;
     let dst = unique_table("dst");
     let mut r = RestoreRequest::new(&backup.backup_id, env.account.clone());
     r.renames = vec![(table.clone(), dst.clone())];
@@ -911,13 +901,7 @@ async fn a_cancelled_restore_writes_nothing_more_and_cannot_be_resumed() {
         t,
         ..
     } = numbered("cancel", 3, 50).await;
-    let backup = run_backup(
-        &backup_of(&env.account, &table),
-        &t,
-        &watch_opts(1, &env.account),
-    )
-    .await
-    .unwrap();
+    let backup = back_up(&env.account, &table, &t, 1).await;
     let dst = unique_table("dst");
     let mut r = RestoreRequest::new(&backup.backup_id, env.account.clone());
     r.renames = vec![(table.clone(), dst.clone())];
@@ -967,13 +951,7 @@ async fn a_restore_that_meets_its_backup_being_deleted_says_so() {
         source: _,
         t,
     } = numbered("gone", 2, 10).await;
-    let backup = run_backup(
-        &backup_of(&env.account, &table),
-        &t,
-        &watch_opts(1, &env.account),
-    )
-    .await
-    .unwrap();
+    let backup = back_up(&env.account, &table, &t, 1).await;
     let id = &backup.backup_id;
     let paths = BackupPaths::new(id);
     let s = store(&t);

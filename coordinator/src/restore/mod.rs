@@ -282,6 +282,35 @@ async fn create_target_table(client: &TableClient, target: &AccountRef, table: &
     })
 }
 
+/// What a restore of `req` reads of its backup, checked: the manifest, the `(source,
+/// target)` tables it selects, and the tasks of restore `job_id` (each with its
+/// table's index). Failing because a deletion (prune or forget) removed the backup,
+/// it says so, ending with `then` ([`crate::retention::unless_removed`]).
+async fn read_backup(
+    req: &RestoreRequest,
+    location: &Location,
+    store: &Store,
+    job_id: &str,
+    then: &str,
+) -> Result<(Manifest, Vec<(String, String)>, Vec<(usize, TaskMessage)>)> {
+    let read = async {
+        let manifest = load_complete_manifest(store, &req.backup_id).await?;
+        let pairs = crate::selection::select(&manifest, req.tables.as_deref(), &req.renames)?;
+        let tasks = all_tasks(
+            store,
+            location,
+            &manifest,
+            job_id,
+            &req.backup_id,
+            &pairs,
+            req.per_blob_max_bytes,
+        )
+        .await?;
+        Ok((manifest, pairs, tasks))
+    };
+    crate::retention::unless_removed(store, &req.backup_id, then, read.await).await
+}
+
 /// Plans a restore: checks the backup, creates the target tables, writes the restore's
 /// plan and state, and enqueues its tasks. Returns the job.
 pub async fn plan_and_enqueue(req: &RestoreRequest, location: &Location) -> Result<RestoreJob> {
@@ -292,28 +321,8 @@ pub async fn plan_and_enqueue(req: &RestoreRequest, location: &Location) -> Resu
     let restore_id = new_backup_id();
     let paths = BackupPaths::new(&req.backup_id);
     // Read (and checked) before any table is created.
-    let read = async {
-        let manifest = load_complete_manifest(&store, &req.backup_id).await?;
-        let pairs = crate::selection::select(&manifest, req.tables.as_deref(), &req.renames)?;
-        let tasks = all_tasks(
-            &store,
-            location,
-            &manifest,
-            &restore_id,
-            &req.backup_id,
-            &pairs,
-            req.per_blob_max_bytes,
-        )
-        .await?;
-        Ok((manifest, pairs, tasks))
-    };
-    let (manifest, pairs, tasks) = crate::retention::unless_removed(
-        &store,
-        &req.backup_id,
-        STOPPED_BEFORE_WRITING,
-        read.await,
-    )
-    .await?;
+    let (manifest, pairs, tasks) =
+        read_backup(req, location, &store, &restore_id, STOPPED_BEFORE_WRITING).await?;
     for (_, t) in &pairs {
         create_target_table(&tables_client, &target, t).await?;
     }

@@ -5,7 +5,7 @@ use serde::Serialize;
 use tablevault_azure::table::TableClient;
 use tablevault_core::protocol::{AccountRef, RestoreMode};
 
-use super::{RestoreRequest, all_tasks, load_complete_manifest};
+use super::{RestoreRequest, load_complete_manifest, read_backup};
 use crate::Result;
 use crate::compare::{CompareOptions, Equality, compare_tables};
 use crate::location::Location;
@@ -72,37 +72,22 @@ pub async fn preview(req: &RestoreRequest, location: &Location) -> Result<Restor
     let store = location.store()?;
     let target = AccountRef::of(&req.target)?;
     let client = TableClient::with_options(&req.target, &location.client_options)?;
-    let read = async {
-        let manifest = load_complete_manifest(&store, &req.backup_id).await?;
-        let pairs = crate::selection::select(&manifest, req.tables.as_deref(), &req.renames)?;
-        let tasks = all_tasks(
-            &store,
-            location,
-            &manifest,
-            "preview",
-            &req.backup_id,
-            &pairs,
-            req.per_blob_max_bytes,
-        )
-        .await?;
-        let compared = compare_tables(
-            &store,
-            &manifest,
-            &pairs,
-            &client,
-            CompareOptions {
-                equality: Equality::for_mode(req.mode),
-                delete_extras: false,
-                deleted: None,
-            },
-            None,
-        )
-        .await?;
-        Ok((manifest, tasks, compared))
-    };
-    let (manifest, tasks, compared) =
-        crate::retention::unless_removed(&store, &req.backup_id, "nothing was planned", read.await)
-            .await?;
+    const THEN: &str = "nothing was planned";
+    let (manifest, pairs, tasks) = read_backup(req, location, &store, "preview", THEN).await?;
+    let compared = compare_tables(
+        &store,
+        &manifest,
+        &pairs,
+        &client,
+        CompareOptions {
+            equality: Equality::for_mode(req.mode),
+            delete_extras: false,
+            deleted: None,
+        },
+        None,
+    )
+    .await;
+    let compared = crate::retention::unless_removed(&store, &req.backup_id, THEN, compared).await?;
     let tables: Vec<PlannedTable> = compared
         .into_iter()
         .enumerate()

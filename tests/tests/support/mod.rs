@@ -71,6 +71,22 @@ pub fn backup_of(account: &StorageAccount, table: &str) -> BackupRequest {
     req
 }
 
+/// A complete backup of `table` into `t`, by `workers` in-process workers.
+pub async fn back_up(
+    account: &StorageAccount,
+    table: &str,
+    t: &Location,
+    workers: usize,
+) -> tablevault_coordinator::report::BackupReport {
+    tablevault_coordinator::backup::run_backup(
+        &backup_of(account, table),
+        t,
+        &watch_opts(workers, account),
+    )
+    .await
+    .unwrap()
+}
+
 /// A test's emulator, a numbered table in it, and a fresh backup location.
 pub struct Setup {
     /// The emulator.
