@@ -172,6 +172,34 @@ async fn thousands_of_entities_with_split_keys_and_with_discovery() {
     assert_eq!(read_backup(&blobs, &manifest, &table).await, source);
 }
 
+/// Regression: the emulator continues a query inside the partition whose PartitionKey
+/// is empty with an empty NextPartitionKey, which the scan took for the end: a backup
+/// of 3,000 such entities and 10 more kept 1,000 and reported complete. Backed up
+/// whole, by one task and by tasks that split it.
+#[tokio::test]
+async fn a_partition_with_an_empty_key_is_backed_up_whole() {
+    let env = TestEnv::start().await;
+    let client = TableClient::new(&env.account).unwrap();
+    let table = unique_table("emptypk");
+    load_keys(&client, &table, 3_010, |i| {
+        if i < 3_000 {
+            (String::new(), format!("{i:05}"))
+        } else {
+            ("a".into(), format!("{i:05}"))
+        }
+    })
+    .await;
+    let source = scan_all(&client, &table).await;
+    assert_eq!(source.len(), 3_010);
+    for (workers, dynamic_split) in [(1, false), (3, true)] {
+        let t = target(&env.account);
+        let mut req = backup_of(&env.account, &table);
+        req.dynamic_split = dynamic_split;
+        let (blobs, manifest) = complete_backup(&req, &t, workers, 3_010).await;
+        assert_eq!(read_backup(&blobs, &manifest, &table).await, source);
+    }
+}
+
 /// Loads `count` entities with the keys `key(i)` returns (batched by partition).
 async fn load_keys(
     client: &TableClient,
