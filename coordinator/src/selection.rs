@@ -35,6 +35,23 @@ pub fn parse_renames(pairs: &[String]) -> Result<Vec<(String, String)>> {
     Ok(renames)
 }
 
+/// Names a list by its first [`NAMED`] items and how many more there are: a backup of
+/// 613 tables listed them all in one error line of 6,000 characters.
+fn some_of<'a>(names: impl ExactSizeIterator<Item = &'a str>) -> String {
+    let total = names.len();
+    let mut text = names.take(NAMED).collect::<Vec<_>>().join(", ");
+    if total > NAMED {
+        text.push_str(&format!(
+            " and {} more; `tablevault list --json` names them",
+            total - NAMED
+        ));
+    }
+    text
+}
+
+/// How many names an error lists.
+const NAMED: usize = 10;
+
 /// The (source, target) table pairs to work on: the named tables (all of the backup's
 /// when `None`), each renamed if asked. Unknown names, renames of tables not selected, and
 /// two sources landing in one target are refused.
@@ -59,12 +76,7 @@ pub fn select(
                     Error::invalid(format!(
                         "table {n:?} is not in backup {} (it has: {})",
                         manifest.backup_id,
-                        manifest
-                            .tables
-                            .iter()
-                            .map(|t| t.name.as_str())
-                            .collect::<Vec<_>>()
-                            .join(", ")
+                        some_of(manifest.tables.iter().map(|t| t.name.as_str()))
                     ))
                 })?;
                 if !out.contains(&t) {
@@ -172,5 +184,20 @@ mod tests {
             twice.is_err_and(|e| e.to_string().contains("renamed twice")),
             "a table renamed twice is refused"
         );
+    }
+
+    /// Regression: an unknown table of a backup of 613 named all 613 in one line.
+    #[test]
+    fn an_unknown_table_names_a_few_of_the_backups() {
+        let names: Vec<String> = (0..613).map(|i| format!("T{i:03}")).collect();
+        let m = manifest(&names.iter().map(String::as_str).collect::<Vec<_>>());
+        let e = select(&m, Some(&["Nope".into()]), &[])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("T000, T001"), "{e}");
+        assert!(e.contains("T009 and 603 more"), "{e}");
+        assert!(!e.contains("T010"), "{e}");
+        let e = select(&manifest(&["A", "B"]), Some(&["Nope".into()]), &[]);
+        assert!(e.unwrap_err().to_string().ends_with("(it has: A, B)"));
     }
 }
