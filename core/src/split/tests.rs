@@ -220,6 +220,7 @@ fn plain_read(first: &EntityKey, entities: u64) -> ReadSoFar<'_> {
         partition: None,
         largest_partition: 0,
         last_page: None,
+        recent_pages: None,
         planned: true,
     }
 }
@@ -287,6 +288,7 @@ fn read_100_of_a_and_2000_of_b(t: &Sorted, continues: bool) -> ReadSoFar<'_> {
         }),
         largest_partition: 2_000,
         last_page: None,
+        recent_pages: None,
         planned: true,
     }
 }
@@ -354,6 +356,7 @@ fn a_density_read_mostly_from_one_large_partition_gives_no_pieces() {
             partition: None,
             largest_partition,
             last_page: None,
+            recent_pages: None,
             planned: true,
         };
         run(find_split(
@@ -870,6 +873,7 @@ fn a_ceiling_that_settles_the_split_is_not_refined() {
         }),
         largest_partition: 640,
         last_page: None,
+        recent_pages: None,
         planned: false,
     };
     let counting = CountingProbe::new(&t);
@@ -1352,7 +1356,7 @@ proptest! {
         // And any last page.
         let page_first = page.map(|(f, _, _)| t.0[f % t.0.len()].clone());
         let last_page = page_first.as_ref().zip(page).map(|(first, (_, entities, largest_partition))| PageRead { first, entities, largest_partition });
-        let read = first.as_ref().zip(read).map(|(first, (_, entities))| ReadSoFar { first, entities, partition, largest_partition: part.as_ref().map_or(0, |p| p.1), last_page, planned });
+        let read = first.as_ref().zip(read).map(|(first, (_, entities))| ReadSoFar { first, entities, partition, largest_partition: part.as_ref().map_or(0, |p| p.1), last_page, recent_pages: None, planned });
         let split = run(find_split(&t, &after, None, end.as_ref(), ceiling.as_ref(), read, None, rows)).unwrap();
         let remainder: Vec<&EntityKey> = t.0.iter()
             .filter(|k| **k > after && end.as_ref().is_none_or(|e| *k < e))
@@ -1474,6 +1478,7 @@ fn split_after(t: &Sorted, read: usize, page_largest: Option<u64>) -> Option<(Sp
             entities: 1000,
             largest_partition,
         }),
+        recent_pages: None,
         planned: true,
     };
     let ahead = &t.0[read..(read + 1000).min(t.0.len())];
@@ -1591,6 +1596,7 @@ fn first_task_reads(t: &Sorted) -> (usize, Vec<EntityKey>) {
                 entities: page.len() as u64,
                 largest_partition: largest as u64,
             }),
+            recent_pages: None,
             planned: true,
         };
         let seen_next = t.0[read..(read + 1000).min(t.0.len())]
@@ -1663,6 +1669,8 @@ struct SimTask {
     first: Option<usize>,
     read: usize,
     last_page: Option<(usize, usize, u64)>,
+    /// Its last pages, as the worker keeps them.
+    window: PageWindow,
     largest_partition: u64,
     /// Searches that sent probes and found no cut with no task waiting, and looks
     /// still to skip after the last one (as the worker backs off).
@@ -1704,6 +1712,7 @@ fn backup_model_probing<P: KeyProbe>(
         first: None,
         read: 0,
         last_page: None,
+        window: PageWindow::default(),
         largest_partition: 0,
         fruitless: 0,
         skip: 0,
@@ -1754,6 +1763,11 @@ fn backup_model_probing<P: KeyProbe>(
                     task.largest_partition = task.largest_partition.max(partition_run as u64);
                 }
                 task.last_page = Some((page_start, n, largest as u64));
+                let mut tally = PageTally::default();
+                for key in &t.0[page_start..task.at] {
+                    tally.note(key);
+                }
+                task.window.push(tally);
             }
             if !in_range(task.at, &task.end) || n < 1000 {
                 if std::env::var("SPLIT_TRACE").is_ok() {
@@ -1816,6 +1830,7 @@ fn backup_model_probing<P: KeyProbe>(
                         entities: pn as u64,
                         largest_partition: pl,
                     }),
+                    recent_pages: task.window.recent(),
                     planned: task.estimate.is_none(),
                 };
                 let sent_before = counting.sent();
@@ -2741,6 +2756,7 @@ fn a_partition_entered_with_a_page_ahead_in_it_is_cut_inside() {
             }),
             largest_partition: read_of_b.max(1_000),
             last_page: None,
+            recent_pages: None,
             planned: false,
         };
         run(find_split(
@@ -2824,5 +2840,38 @@ fn a_density_falling_across_the_read_is_checked_by_a_sample() {
     assert!(
         estimated <= 3 * left,
         "{left} left, the upper parts estimated at {estimated} ({s:?})"
+    );
+}
+
+/// Regression (twelfth audit): a dense cluster of partitions of 1,000 each, among
+/// sparse keys around it (25,000 entities under `m000100b00`-`m000100b24`, about 900
+/// under `m000000`-`m001199`). Each page held one partition, so no page measured a
+/// density across partitions; the whole read's spread the cluster over the sparse
+/// keys, pieces cut by value fell above it, and one task read 25,149 of 25,900. The
+/// last pages together measure it ([`PageWindow`]), and a gap found above the cluster
+/// narrows the bound again ([`MAX_NARROWINGS`]): 12,135.
+#[test]
+fn a_cluster_of_partitions_among_sparse_keys_is_shared() {
+    let mut keys = Vec::new();
+    for j in (0..1200u64).step_by(3) {
+        keys.push(EntityKey::new(format!("m{j:06}"), format!("x{j}")));
+    }
+    for j in 0..500u64 {
+        keys.push(EntityKey::new(format!("m{j:06}a"), format!("gap{j}")));
+    }
+    for j in 0..25_000u64 {
+        keys.push(EntityKey::new(
+            format!("m000100b{:02}", j / 1000),
+            format!("{j:06}"),
+        ));
+    }
+    let t = Sorted::new(keys);
+    let (tasks, probes) = backup_model(&t, 4);
+    let total: usize = tasks.iter().sum();
+    let largest = *tasks.iter().max().unwrap();
+    assert_eq!(total, t.0.len());
+    assert!(
+        largest * 5 < total * 3,
+        "a task read {largest} of {total} ({probes} probes): {tasks:?}"
     );
 }

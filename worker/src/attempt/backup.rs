@@ -28,7 +28,7 @@ use tablevault_core::protocol::{
 };
 use tablevault_core::queue::TaskQueue;
 use tablevault_core::split::{
-    CountingProbe, PageRead, PartitionRead, ReadSoFar, TableProbe, find_split,
+    CountingProbe, PageTally, PageWindow, PartitionRead, ReadSoFar, TableProbe, find_split,
 };
 use tablevault_core::stats::WorkerStats;
 use tablevault_core::store::{BackupPaths, BlockWriter, CreateOutcome, Store, StoreError};
@@ -414,7 +414,7 @@ impl BackupAttempt<'_> {
             let mut largest_partition = 0u64;
             // The last page read whole: its first key, entities, and the most of them in
             // one partition.
-            let mut last_page: Option<(EntityKey, u64, u64)> = None;
+            let mut window = PageWindow::default();
             let mut end = self.range.end.clone();
             let mut split_off = Vec::new();
             let paced = self.partitions_paced();
@@ -458,11 +458,8 @@ impl BackupAttempt<'_> {
                                 .is_some_and(|e| e.partition_key == after.pk),
                         }),
                         largest_partition,
-                        last_page: last_page.as_ref().map(|(first, entities, largest)| PageRead {
-                            first,
-                            entities: *entities,
-                            largest_partition: *largest,
-                        }),
+                        last_page: window.last(),
+                        recent_pages: window.recent(),
                         planned: splitting.planned,
                     };
                     let look = self
@@ -492,8 +489,7 @@ impl BackupAttempt<'_> {
                     more.notify_one();
                 }
                 let mut count = 0u64;
-                let mut page_first: Option<EntityKey> = None;
-                let (mut page_run, mut page_largest) = (0u64, 0u64);
+                let mut tally = PageTally::default();
                 for entity in page.entities {
                     let key = EntityKey::new(&entity.partition_key, &entity.row_key);
                     if end.as_ref().is_some_and(|e| &key >= e) {
@@ -514,15 +510,10 @@ impl BackupAttempt<'_> {
                     if previous.as_ref().is_none_or(|p| p.pk != key.pk) {
                         partition_first = Some(key.clone());
                         partition_read = 0;
-                        page_run = 0;
                     }
-                    if page_first.is_none() {
-                        page_first = Some(key.clone());
-                    }
+                    tally.note(&key);
                     partition_read += 1;
                     largest_partition = largest_partition.max(partition_read);
-                    page_run += 1;
-                    page_largest = page_largest.max(page_run);
                     previous = Some(key);
                     if let Some(block) = packer.push(entity) {
                         WorkerStats::add(&self.stats.stored_bytes, block.data.len() as u64);
@@ -531,9 +522,7 @@ impl BackupAttempt<'_> {
                 }
                 WorkerStats::add(&self.stats.entities, count);
                 read += count;
-                if let Some(first) = page_first {
-                    last_page = Some((first, count, page_largest));
-                }
+                window.push(tally);
                 self.check_stop()?;
                 // A full page with more to come: worth offering half of the rest to
                 // idle workers (one Peek Messages). Where partitions are not paced (the
