@@ -107,6 +107,16 @@ async fn entities_keep_exact_types_and_values() {
     assert_eq!(page.entities, vec![back]);
 }
 
+/// Every page of a scan of `table`, followed to its end.
+async fn all_pages(client: &TableClient, table: &str) -> Vec<tablevault_azure::table::EntityPage> {
+    client
+        .pages(table, Query::scan(None))
+        .into_stream()
+        .try_collect()
+        .await
+        .unwrap()
+}
+
 /// The keys of `pages`' entities, in the order read.
 fn keys_of(pages: &[tablevault_azure::table::EntityPage]) -> Vec<(String, String)> {
     pages
@@ -141,12 +151,7 @@ async fn a_table_of_several_pages_is_read_whole_and_in_order() {
             client.submit_batch(&table, &ops).await.unwrap();
         }
     }
-    let pages: Vec<_> = client
-        .pages(&table, Query::scan(None))
-        .into_stream()
-        .try_collect()
-        .await
-        .unwrap();
+    let pages = all_pages(&client, &table).await;
     assert!(
         pages.len() >= 3,
         "2500 entities at 1000 per page: {} pages",
@@ -199,12 +204,7 @@ async fn a_partition_with_an_empty_key_is_read_past_its_first_page() {
             client.submit_batch(&table, &ops).await.unwrap();
         }
     }
-    let pages: Vec<_> = client
-        .pages(&table, Query::scan(None))
-        .into_stream()
-        .try_collect()
-        .await
-        .unwrap();
+    let pages = all_pages(&client, &table).await;
     let got = keys_of(&pages);
     assert_eq!(got.len(), expected.len(), "every entity");
     assert!(got == expected, "every entity once, in key order");
