@@ -1668,7 +1668,6 @@ struct SimTask {
     at: usize,
     first: Option<usize>,
     read: usize,
-    last_page: Option<(usize, usize, u64)>,
     /// Its last pages, as the worker keeps them.
     window: PageWindow,
     largest_partition: u64,
@@ -1711,7 +1710,6 @@ fn backup_model_probing<P: KeyProbe>(
         at: 0,
         first: None,
         read: 0,
-        last_page: None,
         window: PageWindow::default(),
         largest_partition: 0,
         fruitless: 0,
@@ -1744,28 +1742,17 @@ fn backup_model_probing<P: KeyProbe>(
             if n > 0 {
                 let task_first = *task.first.get_or_insert(page_start);
                 task.read += n;
-                let mut largest = 0;
-                let mut run_len = 0;
                 // As the worker counts it: a partition's entities across pages.
                 let mut partition_run = (task_first..page_start)
                     .rev()
                     .take_while(|&j| t.0[j].pk == t.0[page_start].pk)
                     .count();
+                let mut tally = PageTally::default();
                 for i in page_start..task.at {
                     let same = i > task_first && t.0[i].pk == t.0[i - 1].pk;
-                    run_len = if same && i > page_start {
-                        run_len + 1
-                    } else {
-                        1
-                    };
                     partition_run = if same { partition_run + 1 } else { 1 };
-                    largest = largest.max(run_len);
                     task.largest_partition = task.largest_partition.max(partition_run as u64);
-                }
-                task.last_page = Some((page_start, n, largest as u64));
-                let mut tally = PageTally::default();
-                for key in &t.0[page_start..task.at] {
-                    tally.note(key);
+                    tally.note(&t.0[i]);
                 }
                 task.window.push(tally);
             }
@@ -1806,7 +1793,6 @@ fn backup_model_probing<P: KeyProbe>(
                         .find(|&i| !in_range(i, &task.end))
                         .unwrap_or((task.at + 1000).min(t.0.len()))];
                 let next = ahead.iter().find(|k| k.pk != after.pk);
-                let (ps, pn, pl) = task.last_page.unwrap();
                 // What it read of the partition it is in.
                 let task_first = task.first.unwrap();
                 let mut part_first = task.at - 1;
@@ -1825,11 +1811,7 @@ fn backup_model_probing<P: KeyProbe>(
                         more: ahead.first().is_some_and(|k| k.pk == after.pk),
                     }),
                     largest_partition: task.largest_partition.max((task.at - part_first) as u64),
-                    last_page: Some(PageRead {
-                        first: &t.0[ps],
-                        entities: pn as u64,
-                        largest_partition: pl,
-                    }),
+                    last_page: task.window.last(),
                     recent_pages: task.window.recent(),
                     planned: task.estimate.is_none(),
                 };

@@ -412,8 +412,8 @@ impl BackupAttempt<'_> {
             let mut partition_first: Option<EntityKey> = None;
             let mut partition_read = 0u64;
             let mut largest_partition = 0u64;
-            // The last page read whole: its first key, entities, and the most of them in
-            // one partition.
+            // The last pages read whole: the last one, and the fewest that span
+            // partitions where it does not.
             let mut window = PageWindow::default();
             let mut end = self.range.end.clone();
             let mut split_off = Vec::new();
