@@ -303,6 +303,9 @@ async fn decide(
     let fan = |cut: &CutShare, hi: Option<&str>| {
         fan_out(input.read_from, cut, input.lo, hi, input.outweigh).filter(|_| input.pieces_allowed)
     };
+    let read = input.read_from.map_or(0, |r| r.1).max(1) as f64;
+    let read_from = input.read_from.map(|(from, _)| from);
+    let read_keys = read_from.as_slice();
     // A cluster below a gap can hold clusters of its own, sparse keys between them: each
     // gap found narrows the bound, and the cut is weighed again, a few times.
     let mut hi = hi;
@@ -320,7 +323,6 @@ async fn decide(
             };
         };
         let fanned = fan(&cut, hi.as_deref());
-        let read = input.read_from.map_or(0, |r| r.1).max(1) as f64;
         // The last page read measures the remainder more than twice away from the whole
         // read: the density is not holding where the read ends.
         let shifting = |rest: f64| {
@@ -329,12 +331,13 @@ async fn decide(
                 .and_then(|page| share::rest_after(page, hi.as_deref(), input.lo))
                 .is_some_and(|recent| recent * 2.0 < rest || recent > 2.0 * rest)
         };
-        let doubtful = cut.by_value
+        // After the last narrowing, or with the probes spent, the cut stands unchecked.
+        let may_check = narrowed == 0 || (narrowed < MAX_NARROWINGS && p.sent < MAX_PROBES);
+        let doubtful = may_check
+            && cut.by_value
             && cut
                 .rest
                 .is_some_and(|rest| rest > CHECKED_EXTRAPOLATION * read || shifting(rest));
-        let read_from = input.read_from.map(|(from, _)| from);
-        let read_keys = read_from.as_slice();
         let checked = match (&fanned, hi.as_deref()) {
             _ if !doubtful => None,
             (Some((points, _)), _) if points.len() >= 2 => {
@@ -388,21 +391,8 @@ async fn decide(
             None => break (fanned, cut, hi),
             // The keys read are a cluster below the gap.
             Some(from) => {
-                let ceiling = ceiling_below(p, dim, input.lo, &from).await?;
-                hi = Some(ceiling);
+                hi = Some(ceiling_below(p, dim, input.lo, &from).await?);
                 narrowed += 1;
-                if narrowed == MAX_NARROWINGS || p.sent >= MAX_PROBES {
-                    match share(hi.as_deref()) {
-                        Some(cut) => break (fan(&cut, hi.as_deref()), cut, hi),
-                        None => {
-                            return Ok(Some(Cut {
-                                at: hi,
-                                estimate: None,
-                                pieces: Vec::new(),
-                            }));
-                        }
-                    }
-                }
             }
         }
     };
