@@ -392,10 +392,10 @@ async fn refuse_if_deleting(store: &Store, job: &RestoreJob) -> Result<()> {
     }
     let note = Some("the backup is being deleted".to_string());
     set_state(store, job, JobStatus::Cancelled, note).await?;
-    Err(Error::invalid(format!(
-        "backup {} is being deleted (prune or forget); {STOPPED_BEFORE_WRITING}",
-        job.backup_id
-    )))
+    Err(crate::retention::being_deleted(
+        &job.backup_id,
+        STOPPED_BEFORE_WRITING,
+    ))
 }
 
 async fn set_state(

@@ -89,9 +89,7 @@ pub async fn removal_refusal(
     gone_counts: bool,
 ) -> Option<Error> {
     if let Ok(Some(_)) = deleting(store, id).await {
-        return Some(Error::invalid(format!(
-            "backup {id} is being deleted (prune or forget); {then}"
-        )));
+        return Some(being_deleted(id, then));
     }
     if gone_counts && let Ok(None) = store.backup_job(id).await {
         return Some(Error::invalid(format!(
@@ -99,6 +97,14 @@ pub async fn removal_refusal(
         )));
     }
     None
+}
+
+/// The refusal of a command that found a deletion started on backup `id`, ending with
+/// `then` (what the command did not do).
+pub(crate) fn being_deleted(id: &str, then: &str) -> Error {
+    Error::invalid(format!(
+        "backup {id} is being deleted (prune or forget); {then}"
+    ))
 }
 
 /// `tablevault prune`.
