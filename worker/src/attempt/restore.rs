@@ -474,6 +474,7 @@ impl RestoreAttempt<'_> {
                 .await?;
             existing.extend(found.into_iter().map(|e| (e.row_key.clone(), e)));
         }
+        let began = self.began();
         let mut absent = Vec::with_capacity(ops.len());
         let mut conflicts = Vec::new();
         for op in ops {
@@ -484,7 +485,7 @@ impl RestoreAttempt<'_> {
             match existing.get(&entity.row_key) {
                 None => absent.push(op),
                 Some(current) if current.same_data(entity) => {
-                    result.settle_identical(current, self.began());
+                    result.settle_identical(current, began);
                 }
                 Some(_) if self.job.mode == RestoreMode::InsertSkip => result.skipped += 1,
                 Some(_) => conflicts.push(key(entity)),
