@@ -104,6 +104,9 @@ pub struct PartitionRead<'a> {
     /// Whether it holds entities past the last one read (the first one read ahead is
     /// in it).
     pub more: bool,
+    /// That first entity's RowKey, when the page read ahead is at hand: the search
+    /// for a ceiling inside the partition starts there without a probe to find it.
+    pub next_rk: Option<&'a str>,
 }
 
 /// A cut found by [`find_split`].
@@ -749,22 +752,34 @@ pub async fn find_split(
                 }
                 (None, _) if !may_search => return Ok(None),
                 (None, _) => {
-                    let Some(first) = p
-                        .ask(Probe::Row {
-                            partition: &after.pk,
-                            from: &after.rk,
-                            exclusive: true,
-                            below: None,
-                        })
-                        .await?
-                    else {
-                        return Ok(None);
+                    // The page read ahead tells whether the partition holds more rows
+                    // (its first entity is the next one), sparing a probe that asks.
+                    let lo = match read.and_then(|r| r.partition) {
+                        Some(part) if !part.more => return Ok(None),
+                        Some(PartitionRead {
+                            next_rk: Some(next),
+                            ..
+                        }) => next.to_string(),
+                        _ => {
+                            let Some(first) = p
+                                .ask(Probe::Row {
+                                    partition: &after.pk,
+                                    from: &after.rk,
+                                    exclusive: true,
+                                    below: None,
+                                })
+                                .await?
+                            else {
+                                return Ok(None);
+                            };
+                            first.rk
+                        }
                     };
                     let too_small = |c: &str| {
                         cut_share(read_from, page, Some(c), &after.rk, outweigh, task_read)
                             .is_none()
                     };
-                    let found = find_ceiling_until(&mut p, &inside, &first.rk, &too_small).await?;
+                    let found = find_ceiling_until(&mut p, &inside, &lo, &too_small).await?;
                     // Unless later partitions may follow, nothing reaches (partition,
                     // found).
                     if !inside_large {

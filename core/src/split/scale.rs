@@ -34,6 +34,15 @@ fn rank(u: u16) -> u64 {
     rank_in(alphabet(), u)
 }
 
+/// How many [`alphabet`] steps `to` lies above `u` (as [`bump`] counts them), when `to`
+/// is a unit of the alphabet above `u`.
+pub(super) fn steps_up(u: u16, to: u16) -> Option<usize> {
+    let a = alphabet();
+    let to_at = a.binary_search(&to).ok()?;
+    let above = a.partition_point(|&x| x <= u);
+    (to_at >= above).then(|| to_at + 1 - above)
+}
+
 /// A character's place in the order the service compares keys in (UTF-16 code units),
 /// as a number: astral characters, written as surrogate pairs, sort between U+D7FF and
 /// U+E000. The spaces cuts are computed in are made of these, one per character, so
@@ -110,6 +119,18 @@ fn local_alphabet(tails: &[&[u32]], high: &[u32]) -> Vec<u32> {
         // above them in the letters' space too.
         set.extend(high.first().copied().filter(|&u| u > 0xA0));
     }
+    // The upper bound's first unit, where it is the ceiling of an ASCII class (`:`
+    // above digits, `[` above upper-case letters, `{` above lower-case ones): the keys
+    // reach into that class, though those the bounds and reads show may not (a ceiling
+    // `{` above base64 keys read only as far as `1`: the lower-case letters all counted
+    // as `Z`, and the top piece of a first backup held a third of the table).
+    let below_ceiling = match high.first() {
+        Some(0x3A) => Some(0x39),
+        Some(0x5B) => Some(0x5A),
+        Some(0x7B) => Some(0x7A),
+        _ => None,
+    };
+    units.extend(below_ceiling);
     units.extend(high.iter().copied().filter(|u| !sentinels.contains(u)));
     for u in units {
         match u {

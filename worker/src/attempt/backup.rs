@@ -442,6 +442,12 @@ impl BackupAttempt<'_> {
                         .iter()
                         .find(|e| e.partition_key != after.pk)
                         .map(|e| EntityKey::new(&e.partition_key, &e.row_key));
+                    // The first entity read ahead, when it is in the partition being read.
+                    let next_rk = page
+                        .entities
+                        .first()
+                        .filter(|e| e.partition_key == after.pk)
+                        .map(|e| e.row_key.as_str());
                     let so_far = ReadSoFar {
                         first,
                         entities: read,
@@ -452,10 +458,8 @@ impl BackupAttempt<'_> {
                                 .entities
                                 .last()
                                 .is_some_and(|e| e.partition_key == after.pk),
-                            more: page
-                                .entities
-                                .first()
-                                .is_some_and(|e| e.partition_key == after.pk),
+                            more: next_rk.is_some(),
+                            next_rk,
                         }),
                         largest_partition,
                         last_page: window.last(),
