@@ -512,9 +512,9 @@ async fn finer_ceiling(
     Ok((miss_at - hit_at == 1).then(|| with(miss_at)))
 }
 
-/// Gallops up the alphabet at `pos` from `bump(units, pos, 2)` (one step up is known
-/// to be reached), then bisects: the most steps reached and the first candidate no key
-/// reaches. `None` when the budget ends first or keys reach the top of the alphabet
+/// Climbs the alphabet at `pos` (one step up is known to be reached): from the bracket
+/// [`class_ladder`] finds, else by doubling the steps from two, then bisects: the most
+/// steps reached and the first candidate no key reaches. `None` when the budget ends first or keys reach the top of the alphabet
 /// there.
 async fn gallop(
     p: &mut Prober<'_>,
