@@ -1991,9 +1991,11 @@ fn four_workers_share_every_shape() {
         // entered cut inside from 250 read, `INSIDE_PARTITION_READ`; 2.41 in 73 from
         // 1,250, before ceilings were asked at the classes' ceilings). Every region:
         // samples where the last page's density is not the read's (63 probes; 3.37
-        // times the mean in 50 without them).
+        // times the mean in 50 without them). GUID RowKeys in customers' partitions: 16
+        // tasks, nine of them cut inside a partition of 100-5,000, at three or four
+        // probes each (66; 147 when each cut galloped up from the last GUID read).
         let most_probes = match name {
-            "every region" => 70,
+            "every region" | "GUID RowKeys in customers" => 70,
             "Zipf sizes falling with the key" => 80,
             _ => MODEL_PROBES,
         };
@@ -2133,7 +2135,8 @@ fn a_first_page_of_names_measures_their_whole_alphabet() {
 /// PartitionKeys of 22 characters, one entity each; e-mail addresses as RowKeys of one
 /// partition; reverse-tick RowKeys (19 digits, newest first) in one partition;
 /// upper-case hex RowKeys; ULID-like PartitionKeys (`01J`, a time in ten upper-case hex
-/// digits, ten random letters); unpadded numbers as PartitionKeys, ten entities each.
+/// digits, ten random letters); unpadded numbers as PartitionKeys, ten entities each;
+/// customers' partitions of mixed sizes under GUID RowKeys.
 fn application_shapes(n: u64) -> Vec<(&'static str, Sorted, f64)> {
     let mut next = below(99);
     let b64: Vec<char> = ('A'..='Z')
@@ -2185,6 +2188,33 @@ fn application_shapes(n: u64) -> Vec<(&'static str, Sorted, f64)> {
     let numbers = (0..n)
         .map(|i| EntityKey::new(format!("{}", i / 10), format!("{i}")))
         .collect();
+    // Customers with GUID RowKeys: most partitions 1-20 entities, one in ten 100-5,000
+    // (the benchmark's `guid-rows` shape).
+    let mut customer_rows = Vec::new();
+    for p in 0.. {
+        let size = if p % 10 == 9 {
+            100 + (p * 7_919) % 4_901
+        } else {
+            1 + (p * 31) % 20
+        };
+        for _ in 0..size {
+            let i = customer_rows.len() as u64;
+            let g = guid(i);
+            let rk = format!(
+                "{}-{}-{}-{}-{}",
+                &g[..8],
+                &g[8..12],
+                &g[12..16],
+                &g[16..20],
+                &g[20..]
+            );
+            customer_rows.push(EntityKey::new(format!("customer-{p:05}"), rk));
+        }
+        if customer_rows.len() as u64 >= n {
+            break;
+        }
+    }
+    customer_rows.truncate(n as usize);
     // ULID-like keys hold hex digits where the bounds of a remainder show only decimal
     // ones, and letters past `f` further on: cut by the bounds alone, the places were
     // decimal while the density was read in hex, and the largest task came out at 3.01
@@ -2200,6 +2230,7 @@ fn application_shapes(n: u64) -> Vec<(&'static str, Sorted, f64)> {
         ("upper-case hex RowKeys", Sorted::new(hex), 2.0),
         ("ULID-like ids", Sorted::new(ulid), 2.0),
         ("unpadded numbers", Sorted::new(numbers), 2.0),
+        ("GUID RowKeys in customers", Sorted::new(customer_rows), 2.0),
     ]
 }
 

@@ -54,6 +54,7 @@ const SHAPES: &[&str] = &[
     "times",
     "numbers",
     "falling",
+    "guid-rows",
     "small-tables",
 ];
 
@@ -183,6 +184,9 @@ fn shaped(shape: &str, i: u64, n: u64, small_tables: u64) -> (u64, Entity) {
             format!("customer-{:06}", zipf_rank(i, n)),
             format!("order-{i:010}"),
         ),
+        // Customers with GUID RowKeys (orders, devices): most partitions hold 1-20
+        // entities, one in ten 100-5,000, in no order of size.
+        "guid-rows" => (0, format!("customer-{:05}", mixed_partition(i)), guid(i)),
         _ => {
             let per = n.div_ceil(small_tables.max(1));
             (
@@ -250,6 +254,29 @@ fn zipf_rank(i: u64, n: u64) -> u64 {
         }
     }
     partitions
+}
+
+/// The size of partition `p` of the `guid-rows` shape: 1-20 entities, and every tenth
+/// partition 100-5,000.
+fn mixed_partition_size(p: u64) -> u64 {
+    if p % 10 == 9 {
+        100 + p.wrapping_mul(7_919) % 4_901
+    } else {
+        1 + p.wrapping_mul(31) % 20
+    }
+}
+
+/// The partition entity `i` of the `guid-rows` shape lies in (partitions filled in turn).
+fn mixed_partition(i: u64) -> u64 {
+    let (mut p, mut first) = (0, 0);
+    loop {
+        let size = mixed_partition_size(p);
+        if i < first + size {
+            return p;
+        }
+        first += size;
+        p += 1;
+    }
 }
 
 fn table_name(shape: &str, t: u64) -> String {
@@ -737,6 +764,25 @@ mod tests {
                 .windows(2)
                 .all(|w| w[0] < w[1])
         );
+    }
+
+    #[test]
+    fn guid_rows_are_mostly_small_partitions_beside_large_ones() {
+        let n = 20_000;
+        let mut sizes = BTreeMap::<String, u64>::new();
+        for i in 0..n {
+            let (_, e) = shaped("guid-rows", i, n, 1);
+            assert_eq!(e.row_key.len(), 36, "a GUID: {}", e.row_key);
+            *sizes.entry(e.partition_key).or_default() += 1;
+        }
+        let small = sizes.values().filter(|&&s| s <= 20).count();
+        let large = sizes.values().filter(|&&s| s >= 100).count();
+        assert!(
+            small > 8 * large && large >= 5,
+            "{small} small, {large} large"
+        );
+        assert!(*sizes.values().max().unwrap() <= 5_000);
+        assert_eq!(sizes.values().sum::<u64>(), n);
     }
 
     #[test]

@@ -152,7 +152,7 @@ struct Shapes {
     #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u64).range(1..))]
     small_tables: u64,
     /// Only these shapes (sequential, guid, zipf, one-partition, tenants, cyrillic,
-    /// emoji, dates, hours, times, numbers, falling, small-tables).
+    /// emoji, dates, hours, times, numbers, falling, guid-rows, small-tables).
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
     /// Also back up with the old planning (8 probed ranges, no splitting) in the same run.
