@@ -686,7 +686,14 @@ pub async fn find_split(
                     let too_small = |c: &str| {
                         cut_share(read_from, page, Some(c), &next.pk, outweigh, task_read).is_none()
                     };
-                    let found = find_ceiling_until(&mut p, &across, &next.pk, &too_small).await?;
+                    let found = find_ceiling_until(
+                        &mut p,
+                        &across,
+                        &next.pk,
+                        read_from.map(|(from, _)| from),
+                        &too_small,
+                    )
+                    .await?;
                     learned = found.as_ref().map(EntityKey::partition_start);
                     found
                 }
@@ -779,7 +786,14 @@ pub async fn find_split(
                         cut_share(read_from, page, Some(c), &after.rk, outweigh, task_read)
                             .is_none()
                     };
-                    let found = find_ceiling_until(&mut p, &inside, &lo, &too_small).await?;
+                    let found = find_ceiling_until(
+                        &mut p,
+                        &inside,
+                        &lo,
+                        read_from.map(|(from, _)| from),
+                        &too_small,
+                    )
+                    .await?;
                     // Unless later partitions may follow, nothing reaches (partition,
                     // found).
                     if !inside_large {

@@ -393,7 +393,7 @@ pub(super) async fn find_ceiling(
     dim: &Dimension<'_>,
     lo: &str,
 ) -> tablevault_azure::Result<Option<String>> {
-    find_ceiling_until(p, dim, lo, &|_| false).await
+    find_ceiling_until(p, dim, lo, None, &|_| false).await
 }
 
 /// [`find_ceiling`], stopping at the first ceiling found where keys vary when
@@ -402,15 +402,31 @@ pub(super) async fn find_ceiling(
 /// it is smaller still). The rest of a partition of zero-padded RowKeys, 360 entities
 /// after 639 read, cost three more probes to learn `00:` where `01` already said it was
 /// too small to split.
+///
+/// `read_from` is a key read below `lo` in the dimension: where it differs from `lo`
+/// at the first unit, keys spread there already, and the class ceilings
+/// ([`class_ladder`]) are asked at once, without first asking whether keys reach the
+/// unit after `lo`'s (a key found at a class's top answers that too): GUID RowKeys,
+/// cut inside a partition, cost two probes where they cost three.
 pub(super) async fn find_ceiling_until(
     p: &mut Prober<'_>,
     dim: &Dimension<'_>,
     lo: &str,
+    read_from: Option<&str>,
     settled: &(dyn Fn(&str) -> bool + Sync),
 ) -> tablevault_azure::Result<Option<String>> {
     let units: Vec<u16> = lo.encode_utf16().collect();
     if units.is_empty() {
         return Ok(None);
+    }
+    let spread = read_from.is_some_and(|f| f.encode_utf16().next() != units.first().copied());
+    let mut known = if spread {
+        class_ladder(p, dim, &units, 0).await?
+    } else {
+        Ladder::None
+    };
+    if matches!(known, Ladder::Bracketed { .. } | Ladder::Above(_)) {
+        return refined(p, dim, &units, 0, known, None).await;
     }
     // Candidates shrink as the position grows, so "reached" is false up to some
     // position and true from there on.
@@ -419,6 +435,8 @@ pub(super) async fn find_ceiling_until(
     let pos = if hit {
         0
     } else {
+        // What the ladder learned at the first unit says nothing of later ones.
+        known = Ladder::None;
         let (mut ok, mut ceiling) = (0usize, first);
         let mut reached_at = units.len();
         while reached_at - ok > 1 && p.sent < MAX_PROBES {
@@ -440,8 +458,21 @@ pub(super) async fn find_ceiling_until(
         coarse = ceiling;
         reached_at
     };
-    // Keys vary at `pos`: gallop up the alphabet there until no key is reached.
-    let Some((top, ceiling)) = gallop(p, dim, &units, pos).await? else {
+    refined(p, dim, &units, pos, known, coarse).await
+}
+
+/// The ceiling where keys vary at `pos` (one step up is reached): climbed to
+/// ([`gallop`], from what `known` says there), then, where keys reach just past `lo`'s
+/// unit, one place finer. `coarse` where the climb finds nothing.
+async fn refined(
+    p: &mut Prober<'_>,
+    dim: &Dimension<'_>,
+    units: &[u16],
+    pos: usize,
+    known: Ladder,
+    coarse: Option<String>,
+) -> tablevault_azure::Result<Option<String>> {
+    let Some((top, ceiling)) = gallop(p, dim, units, pos, known).await? else {
         return Ok(coarse);
     };
     if top > REFINE_WITHIN {
@@ -450,7 +481,7 @@ pub(super) async fn find_ceiling_until(
     // Keys reach just past `lo`'s unit there (`…0938`, `…1225`: the ceiling `…2` is
     // 10,000 above keys that end near 12,300): one place finer, among keys beginning
     // with the highest unit reached.
-    let Some(reached) = bump(&units, pos, top) else {
+    let Some(reached) = bump(units, pos, top) else {
         return Ok(Some(ceiling));
     };
     Ok(Some(
@@ -513,16 +544,22 @@ async fn finer_ceiling(
 }
 
 /// Climbs the alphabet at `pos` (one step up is known to be reached): from the bracket
-/// [`class_ladder`] finds, else by doubling the steps from two, then bisects: the most
-/// steps reached and the first candidate no key reaches. `None` when the budget ends first or keys reach the top of the alphabet
+/// [`class_ladder`] finds (or `known`, where it was asked already), else by doubling
+/// the steps from two, then bisects: the most steps reached and the first candidate no
+/// key reaches. `None` when the budget ends first or keys reach the top of the alphabet
 /// there.
 async fn gallop(
     p: &mut Prober<'_>,
     dim: &Dimension<'_>,
     units: &[u16],
     pos: usize,
+    known: Ladder,
 ) -> tablevault_azure::Result<Option<(usize, String)>> {
-    let (mut hit_at, mut miss_at) = match class_ladder(p, dim, units, pos).await? {
+    let ladder = match known {
+        Ladder::None => class_ladder(p, dim, units, pos).await?,
+        known => known,
+    };
+    let (mut hit_at, mut miss_at) = match ladder {
         Ladder::Bracketed { hit, miss } => (hit, miss),
         ladder => {
             let (mut steps, mut last_hit, below) = match ladder {
