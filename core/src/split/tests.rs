@@ -2987,18 +2987,7 @@ fn a_cut_inside_a_partition_of_guid_row_keys_costs_two_probes() {
         planned: false,
     };
     let next = ahead.iter().find(|k| k.pk != after.pk);
-    let split = run(find_split(
-        &t,
-        after,
-        next,
-        None,
-        None,
-        Some(read),
-        None,
-        true,
-    ))
-    .unwrap()
-    .expect("a cut");
+    let split = unbounded_split(&t, after, next, read).expect("a cut");
     assert_eq!(split.at, EntityKey::new("m", "84fa"));
     assert_eq!(split.probes, 2, "{split:?}");
     // The page read ahead ending the partition tells it holds no more rows: no probe.
