@@ -208,22 +208,36 @@ impl Azurite {
 
     /// A connection string for this instance (the emulator key is public).
     pub fn connection_string(&self) -> String {
+        self.connection_string_at(self.ports())
+    }
+
+    /// A connection string for this instance reached through other local ports (blob,
+    /// queue, table), such as a [`crate::delay::DelayLine`]'s in front of [`Azurite::ports`].
+    pub fn connection_string_at(&self, [blob, queue, table]: [u16; 3]) -> String {
         format!(
             "DefaultEndpointsProtocol={};AccountName={EMULATOR_ACCOUNT};AccountKey={EMULATOR_KEY};{}",
             self.scheme,
-            self.endpoints()
+            self.endpoints_at([blob, queue, table])
         )
+    }
+
+    /// The ports of the Blob, Queue and Table services, in that order.
+    pub fn ports(&self) -> [u16; 3] {
+        [self.blob_port, self.queue_port, self.table_port]
     }
 
     /// The three endpoints as connection-string pairs, with no credential: what
     /// `--auth-mode login` takes for an emulator started with [`Azurite::start_oauth`].
     pub fn endpoints(&self) -> String {
+        self.endpoints_at(self.ports())
+    }
+
+    fn endpoints_at(&self, [blob, queue, table]: [u16; 3]) -> String {
         let s = self.scheme;
         format!(
-            "BlobEndpoint={s}://127.0.0.1:{}/{EMULATOR_ACCOUNT};\
-             QueueEndpoint={s}://127.0.0.1:{}/{EMULATOR_ACCOUNT};\
-             TableEndpoint={s}://127.0.0.1:{}/{EMULATOR_ACCOUNT};",
-            self.blob_port, self.queue_port, self.table_port
+            "BlobEndpoint={s}://127.0.0.1:{blob}/{EMULATOR_ACCOUNT};\
+             QueueEndpoint={s}://127.0.0.1:{queue}/{EMULATOR_ACCOUNT};\
+             TableEndpoint={s}://127.0.0.1:{table}/{EMULATOR_ACCOUNT};"
         )
     }
 

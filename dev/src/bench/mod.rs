@@ -110,6 +110,8 @@ pub async fn measure_scan(client: &TableClient, table: &str) -> anyhow::Result<S
 struct Tablevault<'a> {
     exe: PathBuf,
     azurite: &'a Azurite,
+    /// How the commands reach the emulator (directly, or through a delay line).
+    conn: String,
 }
 
 impl<'a> Tablevault<'a> {
@@ -123,7 +125,17 @@ impl<'a> Tablevault<'a> {
                 me.display()
             );
         }
-        Ok(Tablevault { exe, azurite })
+        Ok(Tablevault {
+            exe,
+            azurite,
+            conn: azurite.connection_string(),
+        })
+    }
+
+    /// The same, reaching the emulator by `conn` (its connection string through a
+    /// [`crate::delay::DelayLine`]).
+    fn reaching_by(self, conn: String) -> Self {
+        Tablevault { conn, ..self }
     }
 
     /// Runs a command with `--json` and returns its report (which must say `complete`).
@@ -157,7 +169,7 @@ impl<'a> Tablevault<'a> {
         args: &[&str],
         log: Option<&str>,
     ) -> anyhow::Result<(serde_json::Value, Vec<u8>)> {
-        let conn = self.azurite.connection_string();
+        let conn = &self.conn;
         let mut command = tokio::process::Command::new(&self.exe);
         command
             .args(args)

@@ -13,6 +13,7 @@ use std::time::Instant;
 use anyhow::bail;
 use futures::StreamExt;
 use serde::Serialize;
+use tablevault_azure::StorageAccount;
 use tablevault_azure::table::{BatchOperation, Entity, TableClient};
 
 use super::{Tablevault, measure_scan};
@@ -36,6 +37,9 @@ pub struct ShapeOptions {
     pub sdk_python: Option<std::path::PathBuf>,
     /// Times each scan and backup this many times and reports the median.
     pub runs: usize,
+    /// A network round trip the scan, the SDK export and the backups pay on every
+    /// request, through a [`crate::delay::DelayLine`] (loading goes direct); zero for none.
+    pub round_trip: std::time::Duration,
     /// Print JSON.
     pub json: bool,
 }
@@ -106,6 +110,9 @@ pub struct ShapeRun {
     pub requests: BTreeMap<String, u64>,
     /// Runs of this backup (and of the scan) the median was taken over.
     pub runs: usize,
+    /// The round trip added to every request of the scan, the SDK export and the
+    /// backup, in milliseconds (0: loopback).
+    pub round_trip_ms: f64,
 }
 
 fn guid(i: u64) -> String {
@@ -429,6 +436,7 @@ async fn backup(
         queries: requests.get("Query Entities").copied().unwrap_or(0),
         requests,
         runs: 1,
+        round_trip_ms: 0.0,
     })
 }
 
@@ -478,10 +486,24 @@ pub async fn run_shape_bench(opts: &ShapeOptions) -> anyhow::Result<()> {
         .filter(|s| opts.only.is_empty() || opts.only.iter().any(|o| o == *s))
     {
         let azurite = Azurite::start_split().await?;
-        let tv = Tablevault::new(&azurite)?;
-        let client = TableClient::new(&azurite.account())?;
+        let line = if opts.round_trip.is_zero() {
+            None
+        } else {
+            Some(crate::delay::DelayLine::start(&azurite.ports(), opts.round_trip).await?)
+        };
+        // What the scan, the SDK export and the backups reach the emulator by.
+        let conn = match &line {
+            Some(line) => {
+                let p = line.ports();
+                azurite.connection_string_at([p[0], p[1], p[2]])
+            }
+            None => azurite.connection_string(),
+        };
+        let tv = Tablevault::new(&azurite)?.reaching_by(conn.clone());
+        let loader = TableClient::new(&azurite.account())?;
+        let client = TableClient::new(&StorageAccount::from_connection_string(&conn)?)?;
         let t = Instant::now();
-        let tables = load(&client, shape, opts).await?;
+        let tables = load(&loader, shape, opts).await?;
         if !opts.json {
             eprintln!(
                 "{shape}: loaded {} entities into {} table(s) in {:.0} s",
@@ -512,7 +534,7 @@ pub async fn run_shape_bench(opts: &ShapeOptions) -> anyhow::Result<()> {
         let scan_eps = median(scan_rates);
         let scan_cpu = (!scan_cpu.is_empty()).then(|| median(scan_cpu));
         let sdk_eps = match &opts.sdk_python {
-            Some(python) => Some(sdk_export(python, &azurite, &tables, opts.entities).await?),
+            Some(python) => Some(sdk_export(python, &conn, &tables, opts.entities).await?),
             None => None,
         };
         let mut variants = vec![Variant::First, Variant::Repeat];
@@ -531,6 +553,7 @@ pub async fn run_shape_bench(opts: &ShapeOptions) -> anyhow::Result<()> {
             run.scan_table_cpu_seconds = scan_cpu;
             run.scan_queries = scan_queries;
             run.ratio_to_sdk = sdk_eps.map(|s| run.entities_per_second / s);
+            run.round_trip_ms = opts.round_trip.as_secs_f64() * 1000.0;
             if !opts.json {
                 eprintln!(
                     "  {:>6}: {:.0} entities/s ({:.2}x scan), planning {:.2} s, {} tasks, largest {:.1}%, {} queries (scan {}) (median of {})",
@@ -551,6 +574,12 @@ pub async fn run_shape_bench(opts: &ShapeOptions) -> anyhow::Result<()> {
     if opts.json {
         println!("{}", serde_json::to_string_pretty(&runs)?);
         return Ok(());
+    }
+    if !opts.round_trip.is_zero() {
+        println!(
+            "\nEvery request of the scan, the SDK export and the backups paid a round trip of {} ms.",
+            opts.round_trip.as_millis()
+        );
     }
     println!(
         "\n| table shape | planning | scan e/s | SDK export e/s | backup e/s | vs scan | vs SDK | planning s (share) | tasks | largest task | largest / mean | peak RSS | table CPU s, scan / backup | blob / queue CPU s | queries, scan / backup | table CPU ms per query, scan / backup |"
@@ -597,7 +626,7 @@ pub async fn run_shape_bench(opts: &ShapeOptions) -> anyhow::Result<()> {
 /// entities/s, checking it read all `expected`.
 async fn sdk_export(
     python: &std::path::Path,
-    azurite: &Azurite,
+    conn: &str,
     tables: &[String],
     expected: u64,
 ) -> anyhow::Result<f64> {
@@ -610,10 +639,7 @@ async fn sdk_export(
         .arg(script)
         .arg(tables.join(","))
         .arg(&out_dir)
-        .env(
-            "TABLEVAULT_SDK_CONNECTION_STRING",
-            azurite.connection_string(),
-        )
+        .env("TABLEVAULT_SDK_CONNECTION_STRING", conn)
         .stdin(std::process::Stdio::null())
         .output()
         .await
@@ -662,6 +688,7 @@ mod tests {
             queries: 0,
             requests: BTreeMap::new(),
             runs: 1,
+            round_trip_ms: 0.0,
         };
         let m = median_run(vec![run(30.0), run(10.0), run(20.0)]).unwrap();
         assert_eq!((m.entities_per_second, m.runs), (20.0, 3));

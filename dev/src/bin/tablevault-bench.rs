@@ -166,6 +166,13 @@ struct Shapes {
     /// the median run (this machine's timings vary by a third between runs).
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=20))]
     runs: u32,
+    /// Adds this network round trip (milliseconds) to every request the scan, the SDK
+    /// export and the backups send, through a delay line in front of the emulator
+    /// (loading goes direct). On loopback a request costs only the emulator's work, which
+    /// favours one connection reading in sequence; a client in the storage account's
+    /// region pays a few milliseconds per request, one in another region tens.
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=10_000))]
+    round_trip_ms: u64,
     /// Print JSON.
     #[arg(long)]
     json: bool,
@@ -191,6 +198,7 @@ async fn main() -> std::process::ExitCode {
                     compare: s.compare,
                     sdk_python: s.sdk_python,
                     runs: s.runs as usize,
+                    round_trip: std::time::Duration::from_millis(s.round_trip_ms),
                     json: s.json,
                 })
                 .await
