@@ -439,14 +439,36 @@ pub(super) async fn find_ceiling_until(
         known = Ladder::None;
         let (mut ok, mut ceiling) = (0usize, first);
         let mut reached_at = units.len();
+        // Keys mostly vary a place or two before where the keys read differ from
+        // `lo`: the search starts just before there and steps down, doubling, while
+        // keys reach; then it bisects. Bisecting the whole length from the start cost
+        // `customer-NNNNN` keys five probes to find the place, where this costs two.
+        let mut guess = read_from
+            .and_then(|f| first_difference(f, &units))
+            .map(|d| d.saturating_sub(1));
+        let mut down = usize::from(guess.is_some());
         while reached_at - ok > 1 && p.sent < MAX_PROBES {
-            let mid = (ok + reached_at) / 2;
+            let mid = match guess.take() {
+                Some(g) if g > ok && g < reached_at => g,
+                _ => (ok + reached_at) / 2,
+            };
             let (c, hit) = p.reaches(dim, &units, mid, 1).await?;
             if hit {
                 reached_at = mid;
+                if down > 0 {
+                    guess = Some(mid.saturating_sub(down));
+                    down *= 2;
+                }
             } else {
                 ok = mid;
                 ceiling = c.or(ceiling);
+                // Not before where the keys read differ: most likely there, where the
+                // next guess goes (keys read of a partition of `00000`-`00999` differ
+                // from `00640` where the partition's keys vary); then bisect.
+                if down == 1 {
+                    guess = Some(mid + 1);
+                }
+                down = 0;
             }
         }
         if reached_at >= units.len() || reached_at - ok > 1 {
@@ -459,6 +481,14 @@ pub(super) async fn find_ceiling_until(
         reached_at
     };
     refined(p, dim, &units, pos, known, coarse).await
+}
+
+/// The first place where `read` and `units` differ, in UTF-16 units (the shorter one's
+/// length where one begins the other); `None` where they are equal.
+fn first_difference(read: &str, units: &[u16]) -> Option<usize> {
+    let read: Vec<u16> = read.encode_utf16().collect();
+    let common = read.iter().zip(units).take_while(|(a, b)| a == b).count();
+    (common < read.len().max(units.len())).then_some(common)
 }
 
 /// The ceiling where keys vary at `pos` (one step up is reached): climbed to
@@ -567,6 +597,14 @@ async fn gallop(
                 Ladder::Below(miss) => (2, 1, Some(miss)),
                 _ => (2, 1, None),
             };
+            // A tail of digits climbs by doubling (dates fill few digits of a place),
+            // but not past `:`, just above them: where the doubling would step over
+            // it, it is asked instead (keys that fill all ten digits cost two probes
+            // above `8`, not four).
+            let digits_top = units
+                .get(pos)
+                .filter(|_| class_rung(&units[pos..]) == Some(CLASS_CEILINGS[0]))
+                .and_then(|&u| steps_up(u, CLASS_CEILINGS[0]));
             loop {
                 if let Some(miss) = below.filter(|&m| steps >= m) {
                     break (last_hit, miss);
@@ -574,13 +612,17 @@ async fn gallop(
                 if p.sent >= MAX_PROBES {
                     return Ok(None);
                 }
-                match p.reaches(dim, units, pos, steps).await? {
+                let ask = match digits_top {
+                    Some(top) if last_hit < top && steps > top => top,
+                    _ => steps,
+                };
+                match p.reaches(dim, units, pos, ask).await? {
                     (None, _) => return Ok(None),
                     (Some(_), true) => {
-                        last_hit = steps;
-                        steps *= 2;
+                        last_hit = ask;
+                        steps = 2 * ask;
                     }
-                    (Some(_), false) => break (last_hit, steps),
+                    (Some(_), false) => break (last_hit, ask),
                 }
             }
         }

@@ -3030,3 +3030,61 @@ fn a_ceiling_above_lower_case_keys_counts_their_letters() {
     let at = scale::point_below("2", "[", 0.75, &read).unwrap();
     assert!(at.as_str() > "G" && at.as_str() < "[", "{at}");
 }
+
+/// A ceiling above keys that share a long prefix (`customer-NNNNN`, 500 entities each,
+/// the first page read spanning `customer-00000` and `…01`). Keys mostly vary a place
+/// or two before where the keys read differ from the next one, so the search for that
+/// place starts there: two probes after the first, where bisecting the whole length
+/// cost four (eight in all, where it cost twelve). Where keys fill all ten digits there, `:` is asked where doubling would
+/// step past it: two probes above `8`, where it cost four. The ceiling is the same.
+#[test]
+fn a_ceiling_above_keys_of_a_long_prefix_starts_where_the_keys_read_vary() {
+    let t = sequential(50_000);
+    let mut p = probe::Prober { probe: &t, sent: 0 };
+    let dim = probe::Dimension::Partitions { end: None };
+    let found = run(probe::find_ceiling_until(
+        &mut p,
+        &dim,
+        "customer-00002",
+        Some("customer-00000"),
+        &|_| false,
+    ))
+    .unwrap();
+    assert_eq!(found.as_deref(), Some("customer-000:"));
+    assert!(p.sent <= 8, "{} probes (12 before)", p.sent);
+    // Without keys read, the same ceiling, by bisection (two probes fewer than before,
+    // above the digits).
+    let mut p = probe::Prober { probe: &t, sent: 0 };
+    let found = run(probe::find_ceiling(&mut p, &dim, "customer-00002")).unwrap();
+    assert_eq!(found.as_deref(), Some("customer-000:"));
+    assert!(p.sent <= 10, "{} probes (12 before)", p.sent);
+}
+
+/// Digits that fill few of a place (dates: months `01`-`12`) still climb by doubling;
+/// the cap at `:` only applies where doubling would step past it.
+#[test]
+fn a_ceiling_above_dates_is_where_it_was() {
+    let days: Vec<EntityKey> = (0..400u32)
+        .map(|d| {
+            let (y, rest) = (2026 + d / 360, d % 360);
+            EntityKey::new(format!("{y}-{:02}-{:02}", rest / 30 + 1, rest % 30 + 1), "r")
+        })
+        .collect();
+    let t = Sorted::new(days);
+    let dim = probe::Dimension::Partitions { end: None };
+    for read_from in [None, Some("2026-01-01")] {
+        let mut p = probe::Prober { probe: &t, sent: 0 };
+        let found = run(probe::find_ceiling_until(
+            &mut p,
+            &dim,
+            "2026-01-11",
+            read_from,
+            &|_| false,
+        ))
+        .unwrap();
+        let found = found.expect("a ceiling");
+        assert!(found.as_str() > "2027-02-10", "{found} is not above the keys");
+        assert!(found.as_str() <= "2028", "{found} is far above the keys");
+        assert!(p.sent <= 8, "{read_from:?}: {} probes", p.sent);
+    }
+}
