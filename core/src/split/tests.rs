@@ -3067,7 +3067,10 @@ fn a_ceiling_above_dates_is_where_it_was() {
     let days: Vec<EntityKey> = (0..400u32)
         .map(|d| {
             let (y, rest) = (2026 + d / 360, d % 360);
-            EntityKey::new(format!("{y}-{:02}-{:02}", rest / 30 + 1, rest % 30 + 1), "r")
+            EntityKey::new(
+                format!("{y}-{:02}-{:02}", rest / 30 + 1, rest % 30 + 1),
+                "r",
+            )
         })
         .collect();
     let t = Sorted::new(days);
@@ -3083,7 +3086,10 @@ fn a_ceiling_above_dates_is_where_it_was() {
         ))
         .unwrap();
         let found = found.expect("a ceiling");
-        assert!(found.as_str() > "2027-02-10", "{found} is not above the keys");
+        assert!(
+            found.as_str() > "2027-02-10",
+            "{found} is not above the keys"
+        );
         assert!(found.as_str() <= "2028", "{found} is far above the keys");
         assert!(p.sent <= 8, "{read_from:?}: {} probes", p.sent);
     }
