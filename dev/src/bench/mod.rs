@@ -174,9 +174,9 @@ impl<'a> Tablevault<'a> {
         command
             .args(args)
             .arg("--json")
-            .env("TABLEVAULT_SOURCE", &conn)
-            .env("TABLEVAULT_BACKUP", &conn)
-            .env("TABLEVAULT_TARGET", &conn)
+            .env("TABLEVAULT_SOURCE", conn)
+            .env("TABLEVAULT_BACKUP", conn)
+            .env("TABLEVAULT_TARGET", conn)
             .stdin(Stdio::null());
         if let Some(filter) = log {
             command
