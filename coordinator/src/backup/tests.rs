@@ -248,7 +248,7 @@ async fn a_failed_enqueue_ends_the_watch_it_overlaps() {
     // its stall timeout.
     let opts = quick_watch(std::time::Duration::from_secs(3600));
     let started = tokio::time::Instant::now();
-    let err = enqueue_and_watch(&f.location, f.job.clone(), &opts)
+    let err = enqueue_and_watch(&f.location, f.job.clone(), None, &opts)
         .await
         .unwrap_err();
     assert!(started.elapsed() < std::time::Duration::from_secs(60));
@@ -286,7 +286,7 @@ async fn a_job_enqueued_while_watched_is_marked_enqueued_when_it_completes() {
             .unwrap();
     });
     let opts = quick_watch(std::time::Duration::from_secs(3600));
-    let report = enqueue_and_watch(&f.location, f.job.clone(), &opts)
+    let report = enqueue_and_watch(&f.location, f.job.clone(), None, &opts)
         .await
         .unwrap();
     worker.await.unwrap();

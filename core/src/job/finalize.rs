@@ -98,17 +98,25 @@ pub async fn finalize(store: &Store, state: &BackupState) -> Result<Option<Manif
             StoreError::Corrupt(format!("the manifest of {id} vanished while finalizing"))
         })?,
     };
-    if being_removed(store, &paths).await? {
+    // The garbage is collected while the second check runs: removing blobs no range
+    // references is right whether or not a deletion began (which removes them too).
+    let (removed, collected) = tokio::join!(
+        being_removed(store, &paths),
+        collect_garbage(store, &paths, &manifest, state)
+    );
+    if removed? {
         store.delete(&paths.manifest()).await?;
         return Ok(None);
     }
-    collect_garbage(store, &paths, &manifest, state).await?;
+    collected?;
     Ok(Some(manifest))
 }
 
 /// Whether a backup is being removed: its deletion marker is there, or its plan is gone.
 pub async fn being_removed(store: &Store, paths: &BackupPaths) -> Result<bool> {
-    Ok(store.exists(&paths.deleting()).await? || !store.exists(&paths.job()).await?)
+    let (marker, plan) = (paths.deleting(), paths.job());
+    let (marked, planned) = tokio::try_join!(store.exists(&marker), store.exists(&plan))?;
+    Ok(marked || !planned)
 }
 
 /// The blob metadata a manifest is written with (seen in listings without a read).

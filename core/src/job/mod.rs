@@ -40,13 +40,13 @@ impl<D: DeserializeOwned> Records<D> {
 
     /// Reads the records that appeared since the last refresh.
     pub async fn refresh(&mut self, store: &Store) -> Result<()> {
-        let done = store
-            .load_new_records(&self.done_root, |k| self.done.contains_key(k))
-            .await?;
+        // Side by side: the watch loop refreshes after every task's end, and the last
+        // refresh stands between the last commit and the manifest.
+        let (done, poisoned) = tokio::try_join!(
+            store.load_new_records(&self.done_root, |k| self.done.contains_key(k)),
+            store.load_new_records(&self.poison_root, |k| self.poisoned.contains_key(k)),
+        )?;
         self.done.extend(done);
-        let poisoned = store
-            .load_new_records(&self.poison_root, |k| self.poisoned.contains_key(k))
-            .await?;
         self.poisoned.extend(poisoned);
         // A task poisoned and later finished (after a retry) is not poisoned.
         self.poisoned.retain(|k, _| !self.done.contains_key(k));
