@@ -14,6 +14,7 @@ use tablevault_core::protocol::{
 use tablevault_core::queue::ReceivedMessage;
 use tablevault_core::stats::WorkerStats;
 use tablevault_core::store::{BackupPaths, Store, StoreError};
+use tokio::sync::OwnedSemaphorePermit;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
@@ -88,8 +89,43 @@ impl Resolved {
     }
 }
 
+/// A claimed message's hold on one of the worker's task slots. The task gives it up as
+/// soon as its own work ends: settling the message (a delete, mostly) is one more round
+/// trip, which the next claim need not wait for.
+pub(crate) struct Slot(Option<OwnedSemaphorePermit>);
+
+impl Slot {
+    /// A hold on `permit`'s slot.
+    pub(crate) fn new(permit: OwnedSemaphorePermit) -> Self {
+        Slot(Some(permit))
+    }
+
+    /// No slot (a message handled outside the claim loop, in tests).
+    #[cfg(test)]
+    pub(crate) fn none() -> Self {
+        Slot(None)
+    }
+
+    /// Gives the slot back to the claim loop.
+    pub(crate) fn free(&mut self) {
+        self.0 = None;
+    }
+}
+
 impl Worker {
+    /// Handles one claimed message outside the claim loop.
+    #[cfg(test)]
     pub(crate) async fn handle(&self, message: ReceivedMessage, shutdown: CancellationToken) {
+        self.handle_in(message, shutdown, Slot::none()).await;
+    }
+
+    /// Handles one claimed message in a task slot of the claim loop.
+    pub(crate) async fn handle_in(
+        &self,
+        message: ReceivedMessage,
+        shutdown: CancellationToken,
+        mut slot: Slot,
+    ) {
         let task = match TaskMessage::decode(&message.text) {
             Ok(t) => t,
             Err(why) => {
@@ -130,12 +166,12 @@ impl Worker {
         let span = tracing::info_span!("task", job = %task.job, table = %task.table, task = %task.task, delivery = message.dequeue_count);
         if let TaskKind::Tables { tables } = &task.kind {
             let tables = tables.clone();
-            self.handle_group(message, task, tables, shutdown)
+            self.handle_group(message, task, tables, shutdown, &mut slot)
                 .instrument(span)
                 .await;
             return;
         }
-        self.handle_task(message, task, shutdown)
+        self.handle_task(message, task, shutdown, &mut slot)
             .instrument(span)
             .await;
     }
@@ -194,6 +230,19 @@ impl Worker {
         (limiter, following)
     }
 
+    /// Awaits `reading` (a task's job files) while the job's fleet under `heartbeats` is
+    /// listed: the pacer needs that count before the first query, and it does not depend
+    /// on the job, so a worker's first task of a job waits one round trip for both instead
+    /// of two. Later tasks find the count fresh and the job cached.
+    pub(crate) async fn beside_fleet_listing<T>(
+        &self,
+        store: &Store,
+        heartbeats: &str,
+        reading: impl Future<Output = T>,
+    ) -> T {
+        tokio::join!(reading, self.fleet.live_workers(store, heartbeats)).0
+    }
+
     /// Reads what the task refers to; `None` if its job no longer exists.
     async fn resolve(
         &self,
@@ -212,7 +261,7 @@ impl Worker {
                 .await?
                 .filter(|job| plans_tables(job, [task.table.as_str()]))
                 .map(|job| Resolved {
-                    heartbeats: paths.heartbeats_root(),
+                    heartbeats: heartbeats_root(task),
                     done: paths.commit(&task.table, &task.task),
                     poison: paths.poison(&task.table, &task.task),
                     work: Work::Backup {
@@ -253,7 +302,7 @@ impl Worker {
                         .commit_record(store, &paths.commit(source_table, range_task))
                         .await?;
                     Some(Resolved {
-                        heartbeats: paths.restore_heartbeats_root(restore),
+                        heartbeats: heartbeats_root(task),
                         done: paths.restore_done(restore, &task.table, &task.task),
                         poison: paths.restore_poison(restore, &task.table, &task.task),
                         work: Work::Restore {
@@ -273,14 +322,17 @@ impl Worker {
         message: ReceivedMessage,
         task: TaskMessage,
         shutdown: CancellationToken,
+        slot: &mut Slot,
     ) {
         let settler = &self.settler;
         let Some((store, lease)) = self.take(&message, &task).await else {
             return;
         };
-        let Some((resolved, lease)) =
-            found_or_settled(self.resolve(&store, &task).await, lease).await
-        else {
+        let resolving = self.resolve(&store, &task);
+        let resolved = self
+            .beside_fleet_listing(&store, &heartbeats_root(&task), resolving)
+            .await;
+        let Some((resolved, lease)) = found_or_settled(resolved, lease).await else {
             return;
         };
         if let (Work::Restore { job, .. }, TaskKind::Restore { restore, .. }) =
@@ -345,6 +397,8 @@ impl Worker {
         }
         // Beats until dropped: at the end, or on an early return below.
         let heartbeat = self.heartbeat(&store, &resolved.heartbeats, &task);
+        // A backup whose task committed here, to check for completion at the end.
+        let mut completes = None;
         let outcome = match &resolved.work {
             Work::Backup {
                 job,
@@ -378,9 +432,7 @@ impl Worker {
                 );
                 let outcome = attempt.run().await;
                 self.count_backup(&outcome);
-                if outcome.is_ok() {
-                    self.settle_backup_job(&store, job).await;
-                }
+                completes = outcome.is_ok().then(|| job.clone());
                 outcome.map(|_| ())
             }
             Work::Restore {
@@ -439,7 +491,16 @@ impl Worker {
                 outcome.map(|_| ())
             }
         };
-        settler.settle(lease, outcome, &message, poison).await;
+        slot.free();
+        // The message is deleted while the backup is checked for completion: neither
+        // waits on the other (a worker that dies between them leaves a message whose
+        // next delivery finds the task done, and a backup the next observer finalizes).
+        let checked = async {
+            if let Some(job) = &completes {
+                self.settle_backup_job(&store, job).await;
+            }
+        };
+        tokio::join!(settler.settle(lease, outcome, &message, poison), checked);
         drop(heartbeat);
     }
 }
@@ -625,6 +686,15 @@ pub(crate) fn plans_tables<'a>(job: &BackupJob, tables: impl IntoIterator<Item =
         }
     }
     true
+}
+
+/// Where the heartbeats of the workers on `task`'s job go: a backup's, or one restore's.
+pub(crate) fn heartbeats_root(task: &TaskMessage) -> String {
+    let paths = BackupPaths::new(&task.job);
+    match &task.kind {
+        TaskKind::Restore { restore, .. } => paths.restore_heartbeats_root(restore),
+        TaskKind::Backup { .. } | TaskKind::Tables { .. } => paths.heartbeats_root(),
+    }
 }
 
 /// A worker identity (`host/pid`) as one blob name segment.

@@ -22,7 +22,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use crate::TaskError;
-use crate::dispatch::{Role, found_or_settled, plans_tables};
+use crate::dispatch::{Role, Slot, found_or_settled, heartbeats_root, plans_tables};
 use crate::lease::Lease;
 use crate::metrics::Kind;
 use crate::settle::retry_delay;
@@ -45,14 +45,20 @@ impl Worker {
         task: TaskMessage,
         tables: Vec<WholeTable>,
         shutdown: CancellationToken,
+        slot: &mut Slot,
     ) {
         let settler = &self.settler;
         let Some((store, lease)) = self.take(&message, &task).await else {
             return;
         };
-        let job = self.jobs.backup_job(&store, &task.job).await.map(|job| {
-            job.filter(|job| plans_tables(job, tables.iter().map(|t| t.table.as_str())))
-        });
+        let heartbeats = heartbeats_root(&task);
+        let reading = self.jobs.backup_job(&store, &task.job);
+        let job = self
+            .beside_fleet_listing(&store, &heartbeats, reading)
+            .await
+            .map(|job| {
+                job.filter(|job| plans_tables(job, tables.iter().map(|t| t.table.as_str())))
+            });
         let Some((job, lease)) = found_or_settled(job, lease).await else {
             return;
         };
@@ -67,7 +73,6 @@ impl Worker {
                 .await;
             return;
         }
-        let heartbeats = BackupPaths::new(&task.job).heartbeats_root();
         let heartbeat = self.heartbeat(&store, &heartbeats, &task);
         let Some((source, limiter, _following)) = self
             .paced_client(
@@ -152,10 +157,11 @@ impl Worker {
             i += 1;
         }
         self.stats.changed.notify_one();
-        if let Err(e) = lease.complete().await {
+        slot.free();
+        let (deleted, ()) = tokio::join!(lease.complete(), self.settle_backup_job(&store, &job));
+        if let Err(e) = deleted {
             tracing::warn!(error = %e, "tables done but the group's message could not be deleted; a duplicate delivery finds them done");
         }
-        self.settle_backup_job(&store, &job).await;
         drop(heartbeat);
     }
 

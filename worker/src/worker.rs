@@ -16,6 +16,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::accounts::AccountSet;
 use crate::beats::Beats;
+use crate::dispatch::Slot;
 use crate::fleet::FleetWatch;
 use crate::jobs::{JobFiles, StoreFactory, azure_stores};
 use crate::metrics::WorkerMetrics;
@@ -287,8 +288,7 @@ impl Worker {
                 let me = self.clone();
                 let stop = stop_tasks.clone();
                 running.spawn(async move {
-                    me.handle(message, stop).await;
-                    drop(p);
+                    me.handle_in(message, stop, Slot::new(p)).await;
                 });
             }
         }
