@@ -120,15 +120,20 @@ mod tests {
         port
     }
 
+    /// A delay line of `round_trip` in front of an echo server, and a connection
+    /// through it.
+    async fn connected(round_trip: Duration) -> (DelayLine, TcpStream) {
+        let target = echo().await;
+        let line = DelayLine::start(&[target], round_trip).await.unwrap();
+        let s = TcpStream::connect(("127.0.0.1", line.ports()[0]))
+            .await
+            .unwrap();
+        (line, s)
+    }
+
     #[tokio::test]
     async fn an_exchange_takes_the_round_trip_and_bytes_arrive_intact() {
-        let target = echo().await;
-        let line = DelayLine::start(&[target], Duration::from_millis(60))
-            .await
-            .unwrap();
-        let mut s = TcpStream::connect(("127.0.0.1", line.ports()[0]))
-            .await
-            .unwrap();
+        let (line, mut s) = connected(Duration::from_millis(60)).await;
         s.set_nodelay(true).unwrap();
         for _ in 0..3 {
             let t = std::time::Instant::now();
@@ -158,13 +163,7 @@ mod tests {
 
     #[tokio::test]
     async fn dropping_the_line_closes_its_connections() {
-        let target = echo().await;
-        let line = DelayLine::start(&[target], Duration::from_millis(2))
-            .await
-            .unwrap();
-        let mut s = TcpStream::connect(("127.0.0.1", line.ports()[0]))
-            .await
-            .unwrap();
+        let (line, mut s) = connected(Duration::from_millis(2)).await;
         s.write_all(b"x").await.unwrap();
         let mut one = [0u8; 1];
         s.read_exact(&mut one).await.unwrap();
