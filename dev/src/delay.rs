@@ -133,7 +133,7 @@ mod tests {
 
     #[tokio::test]
     async fn an_exchange_takes_the_round_trip_and_bytes_arrive_intact() {
-        let (line, mut s) = connected(Duration::from_millis(60)).await;
+        let (_line, mut s) = connected(Duration::from_millis(60)).await;
         s.set_nodelay(true).unwrap();
         for _ in 0..3 {
             let t = std::time::Instant::now();
