@@ -52,8 +52,6 @@ enum Work {
 /// A resolved task with the paths that settle it.
 struct Resolved {
     work: Work,
-    /// Where the worker's heartbeat for this job goes.
-    heartbeats: String,
     /// The blob whose existence means the task is done.
     done: String,
     /// Where its poison record goes.
@@ -261,7 +259,6 @@ impl Worker {
                 .await?
                 .filter(|job| plans_tables(job, [task.table.as_str()]))
                 .map(|job| Resolved {
-                    heartbeats: heartbeats_root(task),
                     done: paths.commit(&task.table, &task.task),
                     poison: paths.poison(&task.table, &task.task),
                     work: Work::Backup {
@@ -302,7 +299,6 @@ impl Worker {
                         .commit_record(store, &paths.commit(source_table, range_task))
                         .await?;
                     Some(Resolved {
-                        heartbeats: heartbeats_root(task),
                         done: paths.restore_done(restore, &task.table, &task.task),
                         poison: paths.restore_poison(restore, &task.table, &task.task),
                         work: Work::Restore {
@@ -328,9 +324,11 @@ impl Worker {
         let Some((store, lease)) = self.take(&message, &task).await else {
             return;
         };
+        // Where the workers of the task's job beat.
+        let heartbeats = heartbeats_root(&task);
         let resolving = self.resolve(&store, &task);
         let resolved = self
-            .beside_fleet_listing(&store, &heartbeats_root(&task), resolving)
+            .beside_fleet_listing(&store, &heartbeats, resolving)
             .await;
         let Some((resolved, lease)) = found_or_settled(resolved, lease).await else {
             return;
@@ -396,7 +394,7 @@ impl Worker {
             return;
         }
         // Beats until dropped: at the end, or on an early return below.
-        let heartbeat = self.heartbeat(&store, &resolved.heartbeats, &task);
+        let heartbeat = self.heartbeat(&store, &heartbeats, &task);
         // A backup whose task committed here, to check for completion at the end.
         let mut completes = None;
         let outcome = match &resolved.work {
@@ -411,7 +409,7 @@ impl Worker {
                         Role::Source,
                         &job.source,
                         &store,
-                        &resolved.heartbeats,
+                        &heartbeats,
                         job.options.max_rate,
                     )
                     .await
@@ -442,13 +440,7 @@ impl Worker {
                 block,
             } => {
                 let Some((target, limiter, _following)) = self
-                    .paced_client(
-                        Role::Target,
-                        &job.target,
-                        &store,
-                        &resolved.heartbeats,
-                        job.max_rate,
-                    )
+                    .paced_client(Role::Target, &job.target, &store, &heartbeats, job.max_rate)
                     .await
                 else {
                     let receipt = lease.stop().await;
