@@ -252,15 +252,16 @@ async fn plan_table(
 
 /// Plans a backup and writes its `job.json`.
 pub async fn plan(req: &BackupRequest, location: &Location) -> Result<BackupJob> {
-    Ok(plan_and_look_back(req, location).await?.0)
+    Ok(plan_with_estimate(req, location).await?.0)
 }
 
 /// [`plan`], also returning the entities the last complete backup held for the job's
-/// tables when planning looked for that backup (`None`: it did not look).
-async fn plan_and_look_back(
+/// tables (the progress bar's estimate; `None` when some table is new or nothing is
+/// known).
+async fn plan_with_estimate(
     req: &BackupRequest,
     location: &Location,
-) -> Result<(BackupJob, Option<Option<u64>>)> {
+) -> Result<(BackupJob, Option<u64>)> {
     if !(1..50_000).contains(&req.blocks_per_blob) {
         return Err(Error::invalid(
             "--blocks-per-blob must be between 1 and 49999",
@@ -274,27 +275,32 @@ async fn plan_and_look_back(
     let split = normalize_split_keys(&req.split_keys)?;
     let store = location.store()?;
     let account = AccountRef::of(&req.source)?;
-    let looks_back = split.is_empty() && req.ranges_per_table.is_none();
+    // Planned from the last backup unless told where to cut.
+    let plans_from_previous = split.is_empty() && req.ranges_per_table.is_none();
     // Independent requests, side by side: planning is a fixed cost of every backup, and
     // at a round trip of 10 ms each request in a row is 1% of a one-second backup. The
     // container is made here too (a listing of one that does not exist yet finds no
-    // backups, as it should).
+    // backups, as it should). The last backup is looked for even when the plan does not
+    // use it: it is the progress bar's estimate.
     let (tables, previous, created) = tokio::join!(
         resolve_tables(&source, &req.tables, req.source.name()),
-        async {
-            if looks_back {
-                last_complete_backup(&store, &account).await
-            } else {
-                Ok(None)
-            }
-        },
+        last_complete_backup(&store, &account),
         store.create_container()
     );
-    let (tables, previous) = (tables?, previous?);
+    let tables = tables?;
     created?;
+    let previous = match previous {
+        Ok(previous) => previous,
+        Err(e) if !plans_from_previous => {
+            tracing::debug!(error = %e, "no estimate of the backup's size");
+            None
+        }
+        Err(e) => return Err(e),
+    };
+    let planned_from = previous.as_ref().filter(|_| plans_from_previous);
     let planning: Vec<_> = tables
         .into_iter()
-        .map(|name| plan_table(&source, &store, previous.as_ref(), name, &split, req))
+        .map(|name| plan_table(&source, &store, planned_from, name, &split, req))
         .collect();
     let plans: Vec<Result<TablePlan>> = futures::stream::iter(planning).buffered(8).collect().await;
     let tables = plans.into_iter().collect::<Result<Vec<_>>>()?;
@@ -317,7 +323,7 @@ async fn plan_and_look_back(
         tables,
         tool_version: env!("CARGO_PKG_VERSION").to_string(),
     };
-    let expected = looks_back.then(|| previous.as_ref().and_then(|p| held_before(p, &job)));
+    let expected = previous.as_ref().and_then(|p| held_before(p, &job));
     let id = &job.backup_id;
     match store
         .create(&BackupPaths::new(id).job(), &job, Vec::new())
@@ -641,12 +647,8 @@ pub async fn run_backup(
     opts: &WatchOptions,
 ) -> Result<BackupReport> {
     let started = Instant::now();
-    let ((job, looked_back), ()) =
-        tokio::try_join!(plan_and_look_back(req, location), location.create_queues())?;
-    let expected = match looked_back {
-        Some(expected) => expected,
-        None => expected_entities(&location.store()?, &job).await,
-    };
+    let ((job, expected), ()) =
+        tokio::try_join!(plan_with_estimate(req, location), location.create_queues())?;
     tracing::info!(backup_id = %job.backup_id, tasks = job.task_count(), "planned");
     let planning_seconds = started.elapsed().as_secs_f64();
     let id = job.backup_id.clone();
@@ -661,8 +663,7 @@ pub async fn run_backup(
 
 /// Puts a new job's tasks on its (existing) queue while watching it: workers start on
 /// the first tasks while the rest are still being put, which with hundreds of small
-/// tables is a good part of the whole backup.
-/// `expected` is the size estimate for the progress bar.
+/// tables is a good part of the whole backup. `expected` is the progress bar's estimate.
 async fn enqueue_and_watch(
     location: &Location,
     job: BackupJob,
