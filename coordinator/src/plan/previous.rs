@@ -17,6 +17,9 @@ use crate::Result;
 /// Backups looked at, newest first, to find the last complete one of the same account.
 const LOOKBACK: usize = 20;
 
+/// Manifests read at once while looking for the last complete backup.
+const MANIFESTS_IN_FLIGHT: usize = 4;
+
 /// Commit records read at once.
 const READS_IN_FLIGHT: usize = 16;
 
@@ -35,8 +38,17 @@ pub async fn last_complete_backup(store: &Store, source: &AccountRef) -> Result<
     ids.retain(|id| is_valid_backup_id(id));
     // Ids start with their creation time, so the newest sort last.
     ids.sort();
-    for id in ids.iter().rev().take(LOOKBACK) {
-        if let Ok(Some(m)) = store.manifest(id).await
+    // A few read at once, taken in order: where the newest backups are still running,
+    // failed, or of other accounts, the plan would otherwise wait a round trip for each.
+    let reads: Vec<_> = ids
+        .into_iter()
+        .rev()
+        .take(LOOKBACK)
+        .map(|id| async move { store.manifest(&id).await })
+        .collect();
+    let mut manifests = futures::stream::iter(reads).buffered(MANIFESTS_IN_FLIGHT);
+    while let Some(read) = manifests.next().await {
+        if let Ok(Some(m)) = read
             && m.source.account == source.account
             && m.source.table_endpoint == source.table_endpoint
         {
@@ -308,6 +320,66 @@ mod tests {
             ranges,
         };
         (store, table)
+    }
+
+    #[tokio::test]
+    async fn the_last_backup_is_the_newest_readable_manifest_of_the_same_account() {
+        use std::sync::Arc;
+        use tablevault_core::format::Compression;
+        use tablevault_core::testing::MemoryBlobs;
+        let blobs = Arc::new(MemoryBlobs::new("c"));
+        let store = Store::new(blobs.clone());
+        let ours = AccountRef {
+            account: "a".into(),
+            table_endpoint: "https://a.table.core.windows.net".into(),
+        };
+        let manifest = |id: &str, source: &AccountRef| Manifest {
+            format: 1,
+            backup_id: id.into(),
+            created_at: String::new(),
+            completed_at: String::new(),
+            source: source.clone(),
+            compression: Compression::None,
+            tables: Vec::new(),
+            entities: 0,
+            raw_bytes: 0,
+            stored_bytes: 0,
+            tool_version: String::new(),
+        };
+        let id = |n: u32| format!("20261122T1146{n:02}Z-1a2b3c4d");
+        let theirs = AccountRef {
+            account: "b".into(),
+            ..ours.clone()
+        };
+        // Oldest to newest: ours, ours, another account's, a damaged manifest, a backup
+        // still running (no manifest), and a prefix that is not a backup.
+        for (n, source) in [(1, &ours), (2, &ours), (3, &theirs)] {
+            let path = format!("{}/manifest.json", id(n));
+            store
+                .create(&path, &manifest(&id(n), source), Vec::new())
+                .await
+                .unwrap();
+        }
+        blobs.tamper(&format!("{}/manifest.json", id(4)), "{not json".into());
+        blobs.tamper(&format!("{}/job.json", id(5)), "{}".into());
+        blobs.tamper("zzz/manifest.json", "{}".into());
+        let found = last_complete_backup(&store, &ours).await.unwrap().unwrap();
+        assert_eq!(found.backup_id, id(2));
+        let found = last_complete_backup(&store, &theirs)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(found.backup_id, id(3));
+        let nobody = AccountRef {
+            account: "c".into(),
+            ..ours.clone()
+        };
+        assert!(
+            last_complete_backup(&store, &nobody)
+                .await
+                .unwrap()
+                .is_none()
+        );
     }
 
     #[tokio::test]
