@@ -22,7 +22,7 @@ use tablevault_core::store::{BackupPaths, CreateOutcome, Store, StoreError};
 
 use crate::error::carry_on_hint;
 use crate::location::Location;
-use crate::plan::previous::{last_complete_backup, ranges_from_previous};
+use crate::plan::previous::{Previous, last_complete_backup, ranges_from_previous};
 use crate::plan::{Planning, discover_ranges, normalize_split_keys, ranges_from_split_keys};
 use crate::report::{BackupReport, PoisonReport, TableReport, peak_rss_bytes};
 use crate::state::{JobState, load_job, rebuild_hint, unreadable_manifest};
@@ -215,22 +215,31 @@ async fn readable_unlisted(
 async fn plan_table(
     source: &TableClient,
     store: &Store,
-    previous: Option<&Manifest>,
+    previous: Option<&Previous>,
     name: String,
     split: &[String],
     req: &BackupRequest,
 ) -> Result<TablePlan> {
-    let from_previous = previous.and_then(|m| m.tables.iter().find(|t| t.name == name));
+    let from_previous = previous.and_then(|p| {
+        let t = p.manifest.tables.iter().find(|t| t.name == name)?;
+        Some((t, p.learned_table(t)))
+    });
     let (ranges, planning) = if !split.is_empty() {
         (ranges_from_split_keys(split), Planning::SplitKeys)
     } else if let Some(target) = req.ranges_per_table {
         let (ranges, probes) = discover_ranges(source, &name, target.max(1)).await?;
         tracing::info!(table = %name, ranges = ranges.len(), probes, "discovered ranges");
         (ranges, Planning::Discovered)
-    } else if let Some(t) = from_previous {
+    } else if let Some((t, learned)) = from_previous {
         let ranges =
-            ranges_from_previous(store, t, req.max_tasks_per_table, req.fleet_known).await?;
-        tracing::info!(table = %name, ranges = ranges.len(), "planned from the last backup");
+            ranges_from_previous(store, t, learned, req.max_tasks_per_table, req.fleet_known)
+                .await?;
+        tracing::info!(
+            table = %name,
+            ranges = ranges.len(),
+            from = if learned.is_some() { "what it learned" } else { "its commit records" },
+            "planned from the last backup"
+        );
         (ranges, Planning::Previous)
     } else {
         (vec![KeyRange::all()], Planning::Whole)
@@ -284,7 +293,7 @@ async fn plan_with_estimate(
     // use it: it is the progress bar's estimate.
     let (tables, previous, created) = tokio::join!(
         resolve_tables(&source, &req.tables, req.source.name()),
-        last_complete_backup(&store, &account),
+        last_complete_backup(&store, &account, plans_from_previous),
         store.create_container()
     );
     let tables = tables?;
@@ -323,7 +332,9 @@ async fn plan_with_estimate(
         tables,
         tool_version: env!("CARGO_PKG_VERSION").to_string(),
     };
-    let expected = previous.as_ref().and_then(|p| held_before(p, &job));
+    let expected = previous
+        .as_ref()
+        .and_then(|p| held_before(&p.manifest, &job));
     let id = &job.backup_id;
     match store
         .create(&BackupPaths::new(id).job(), &job, Vec::new())
@@ -443,8 +454,8 @@ const MAX_GROUP: usize = 8;
 /// The entities the last complete backup of the same account held for every table of
 /// `job`, as a progress estimate; `None` when some table is new (or nothing is known).
 async fn expected_entities(store: &Store, job: &BackupJob) -> Option<u64> {
-    match last_complete_backup(store, &job.source).await {
-        Ok(previous) => held_before(&previous?, job),
+    match last_complete_backup(store, &job.source, false).await {
+        Ok(previous) => held_before(&previous?.manifest, job),
         Err(e) => {
             tracing::debug!(error = %e, "no estimate of the backup's size");
             None

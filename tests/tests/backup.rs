@@ -19,7 +19,9 @@ use tablevault_coordinator::backup::{
 use tablevault_coordinator::state::load_manifest;
 use tablevault_core::format::Compression;
 use tablevault_core::keys::EntityKey;
-use tablevault_core::protocol::{Manifest, TaskKind, TaskMessage, poison_queue_name};
+use tablevault_core::protocol::{
+    BackupJob, Learned, Manifest, TaskKind, TaskMessage, poison_queue_name,
+};
 use tablevault_core::store::{BackupPaths, Store};
 use tablevault_tests::fault_proxy::{FaultPlan, proxied_connection_string};
 use tablevault_tests::{
@@ -714,35 +716,58 @@ async fn the_next_backup_plans_equal_ranges_from_the_last_one() {
     let mut req = backup_of(&env.account, table);
     req.block_bytes = 64 * 1024;
     req.max_tasks_per_table = 3;
-    let (_, first) = complete_backup(&req, &t, 2, 30_000).await;
+    let (blobs, first) = complete_backup(&req, &t, 2, 30_000).await;
+    // What it learned for the next plan is written beside its manifest; the next plan
+    // reads that alone, not the commit records (removed here to show it).
+    let paths = BackupPaths::new(&first.backup_id);
+    let learned: Learned = blobs
+        .read(&paths.learned())
+        .await
+        .unwrap()
+        .expect("learned");
+    assert_eq!(learned.tables.len(), 1);
+    assert_eq!(learned.tables[0].entities, 30_000);
+    assert!(learned.tables[0].writers >= 1);
+    let records = blobs.list_names(&paths.commits_root()).await.unwrap();
+    blobs.delete_all(&records).await.unwrap();
     let (blobs, second) = complete_backup(&req, &t, 2, 30_000).await;
     assert_ne!(first.backup_id, second.backup_id);
-    let job = blobs.backup_job(&second.backup_id).await.unwrap().unwrap();
-    assert_eq!(job.tables[0].planning, "previous-backup");
-    let planned: Vec<u64> = job.tables[0]
-        .tasks
-        .iter()
-        .map(|task| {
-            source
-                .iter()
-                .filter(|e| {
-                    task.range
-                        .contains(&EntityKey::new(&e.partition_key, &e.row_key))
-                })
-                .count() as u64
-        })
-        .collect();
-    // At most 3 per table, or one per task slot of the last backup's workers (two
-    // in-process workers, each with an identity of its own, counted at 4 slots each).
-    assert!((3..=8).contains(&planned.len()), "{planned:?}");
-    let even = 30_000 / planned.len() as u64;
-    assert!(
-        planned
+    let planned_evenly = |job: BackupJob| {
+        assert_eq!(job.tables[0].planning, "previous-backup");
+        let planned: Vec<u64> = job.tables[0]
+            .tasks
             .iter()
-            .all(|&n| (even * 8 / 10..=even * 12 / 10).contains(&n)),
-        "{planned:?}"
-    );
+            .map(|task| {
+                source
+                    .iter()
+                    .filter(|e| {
+                        task.range
+                            .contains(&EntityKey::new(&e.partition_key, &e.row_key))
+                    })
+                    .count() as u64
+            })
+            .collect();
+        // At most 3 per table, or one per task slot of the last backup's workers (two
+        // in-process workers, each with an identity of its own, counted at 4 slots
+        // each).
+        assert!((3..=8).contains(&planned.len()), "{planned:?}");
+        let even = 30_000 / planned.len() as u64;
+        assert!(
+            planned
+                .iter()
+                .all(|&n| (even * 8 / 10..=even * 12 / 10).contains(&n)),
+            "{planned:?}"
+        );
+    };
+    planned_evenly(blobs.backup_job(&second.backup_id).await.unwrap().unwrap());
     assert_eq!(read_backup(&blobs, &second, table).await, source);
+    // Without it (a backup of an earlier version), the commit records plan as well.
+    blobs
+        .delete(&BackupPaths::new(&second.backup_id).learned())
+        .await
+        .unwrap();
+    let (blobs, third) = complete_backup(&req, &t, 2, 30_000).await;
+    planned_evenly(blobs.backup_job(&third.backup_id).await.unwrap().unwrap());
 }
 
 #[tokio::test]

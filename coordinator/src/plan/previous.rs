@@ -1,16 +1,18 @@
-//! Planning from what the last backup learned: its commit records list every block with
-//! its first key and entity count, so a table can be cut into ranges of nearly equal
-//! entity counts without a single probe. Tables change between backups; the cut only
-//! decides balance (workers still split what turns out large), never correctness.
+//! Planning from what the last backup learned: its `learned.json` (or, without one, its
+//! commit records, which list every block with its first key and entity count) cuts a
+//! table into ranges of nearly equal entity counts without a single probe. Tables change
+//! between backups; the cut only decides balance (workers still split what turns out
+//! large), never correctness.
 
 use futures::StreamExt;
 use tablevault_core::format::MARK_ENTITIES;
+use tablevault_core::job::learned::table_parts;
 use tablevault_core::keys::{EntityKey, KeyRange};
 use tablevault_core::protocol::{
-    AccountRef, BlockRecord, DEFAULT_WORKER_CONCURRENCY, Manifest, ManifestTable,
-    is_valid_backup_id,
+    AccountRef, BlockRecord, DEFAULT_WORKER_CONCURRENCY, Learned, LearnedTable, Manifest,
+    ManifestTable, Part, is_valid_backup_id,
 };
-use tablevault_core::store::Store;
+use tablevault_core::store::{BackupPaths, Store};
 
 use crate::Result;
 
@@ -28,8 +30,33 @@ const READS_IN_FLIGHT: usize = 16;
 /// would cost more in per-task requests than they gain in balance.
 pub const MIN_TASK_ENTITIES: u64 = tablevault_core::split::PIECE_ENTITIES;
 
-/// The manifest of the newest complete backup of `source` in the store, if any.
-pub async fn last_complete_backup(store: &Store, source: &AccountRef) -> Result<Option<Manifest>> {
+/// The last complete backup of an account, and what it learned for the next plan.
+#[derive(Debug, Clone)]
+pub struct Previous {
+    /// Its manifest.
+    pub manifest: Manifest,
+    /// Its `learned.json`, when asked for, present, readable and its own.
+    pub learned: Option<Learned>,
+}
+
+impl Previous {
+    /// What it learned of `table`, if that agrees with the manifest.
+    pub fn learned_table(&self, table: &ManifestTable) -> Option<&LearnedTable> {
+        self.learned
+            .as_ref()?
+            .tables
+            .iter()
+            .find(|t| t.name == table.name && t.entities == table.entities && !t.parts.is_empty())
+    }
+}
+
+/// The newest complete backup of `source` in the store, if any; with `learned`, its
+/// `learned.json` is read beside its manifest (no round trip more).
+pub async fn last_complete_backup(
+    store: &Store,
+    source: &AccountRef,
+    learned: bool,
+) -> Result<Option<Previous>> {
     let mut ids = match store.list_dirs("").await {
         Ok(ids) => ids,
         Err(e) if e.status() == Some(404) => return Ok(None),
@@ -44,15 +71,34 @@ pub async fn last_complete_backup(store: &Store, source: &AccountRef) -> Result<
         .into_iter()
         .rev()
         .take(LOOKBACK)
-        .map(|id| async move { store.manifest(&id).await })
+        .map(|id| async move {
+            let hints = async {
+                if !learned {
+                    return None;
+                }
+                match store.read::<Learned>(&BackupPaths::new(&id).learned()).await {
+                    Ok(l) => l,
+                    Err(e) => {
+                        tracing::debug!(backup = %id, error = %e, "what the backup learned cannot be read; planning from its commit records");
+                        None
+                    }
+                }
+            };
+            let (manifest, learned) = tokio::join!(store.manifest(&id), hints);
+            (manifest, learned)
+        })
         .collect();
     let mut manifests = futures::stream::iter(reads).buffered(MANIFESTS_IN_FLIGHT);
-    while let Some(read) = manifests.next().await {
+    while let Some((read, learned)) = manifests.next().await {
         if let Ok(Some(m)) = read
             && m.source.account == source.account
             && m.source.table_endpoint == source.table_endpoint
         {
-            return Ok(Some(m));
+            let learned = learned.filter(|l| l.backup_id == m.backup_id && l.source == m.source);
+            return Ok(Some(Previous {
+                manifest: m,
+                learned,
+            }));
         }
     }
     Ok(None)
@@ -83,16 +129,22 @@ pub fn task_count(
 }
 
 /// Cuts a table into ranges of nearly equal entity counts (and at least
-/// [`MIN_TASK_ENTITIES`] each) at block boundaries of its previous backup, as many as
-/// [`task_count`] says.
+/// [`MIN_TASK_ENTITIES`] each) at the parts the last backup learned of it (`learned`),
+/// or else at the block boundaries its commit records list, as many as [`task_count`]
+/// says.
 pub async fn ranges_from_previous(
     store: &Store,
     table: &ManifestTable,
+    learned: Option<&LearnedTable>,
     max_tasks: usize,
     fleet_known: bool,
 ) -> Result<Vec<KeyRange>> {
     if table.entities / MIN_TASK_ENTITIES <= 1 {
         return Ok(vec![KeyRange::all()]);
+    }
+    if let Some(l) = learned {
+        let tasks = task_count(table.entities, max_tasks, fleet_known, l.writers);
+        return Ok(cut_equal(&l.parts, tasks));
     }
     // (first key, entities) of every block, in key order.
     let reads: Vec<_> = table
@@ -118,62 +170,6 @@ pub async fn ranges_from_previous(
     }
     let tasks = task_count(table.entities, max_tasks, fleet_known, workers.len());
     Ok(cut_equal(&table_parts(blocks), tasks))
-}
-
-/// A part of a table between two keys the last backup recorded (a block start or a
-/// mark): its first key, its entities, and whether that key is the first of its
-/// partition.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Part {
-    /// Its first key.
-    pub first: EntityKey,
-    /// Entities from it to the next part.
-    pub entities: u64,
-    /// Whether `first` is the first key of its partition.
-    pub starts_partition: bool,
-}
-
-/// A table's blocks as parts in key order: each block whole, or cut at the keys it
-/// marks. A block's first key starts a partition when the block before it ended in
-/// another.
-fn table_parts(mut blocks: Vec<BlockRecord>) -> Vec<Part> {
-    blocks.sort_by(|a, b| a.first_key.cmp(&b.first_key));
-    let mut parts = Vec::new();
-    let mut last_pk: Option<String> = None;
-    for block in &blocks {
-        parts.extend(block_parts(block, last_pk.as_deref()));
-        last_pk = Some(block.last_key.pk.clone());
-    }
-    parts
-}
-
-/// A block as parts: whole, or cut at the keys it marks. `before` is the
-/// PartitionKey of the entity before the block, if known.
-fn block_parts(block: &BlockRecord, before: Option<&str>) -> Vec<Part> {
-    let starts = std::iter::once((
-        &block.first_key,
-        0,
-        before.is_some_and(|pk| pk != block.first_key.pk),
-    ))
-    .chain(
-        block
-            .marks
-            .iter()
-            .map(|m| (&m.key, m.before, m.starts_partition)),
-    )
-    .collect::<Vec<_>>();
-    starts
-        .iter()
-        .enumerate()
-        .map(|(i, (key, before, starts_partition))| {
-            let next = starts.get(i + 1).map_or(block.entities, |n| n.1);
-            Part {
-                first: (*key).clone(),
-                entities: next.saturating_sub(*before),
-                starts_partition: *starts_partition,
-            }
-        })
-        .collect()
 }
 
 /// Ranges of about `total / tasks` entities each, cut at block starts (or marks): for
@@ -363,19 +359,55 @@ mod tests {
         blobs.tamper(&format!("{}/manifest.json", id(4)), "{not json".into());
         blobs.tamper(&format!("{}/job.json", id(5)), "{}".into());
         blobs.tamper("zzz/manifest.json", "{}".into());
-        let found = last_complete_backup(&store, &ours).await.unwrap().unwrap();
-        assert_eq!(found.backup_id, id(2));
-        let found = last_complete_backup(&store, &theirs)
+        let found = last_complete_backup(&store, &ours, true)
             .await
             .unwrap()
             .unwrap();
-        assert_eq!(found.backup_id, id(3));
+        assert_eq!(found.manifest.backup_id, id(2));
+        assert!(found.learned.is_none(), "none was written");
+        let found = last_complete_backup(&store, &theirs, false)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(found.manifest.backup_id, id(3));
+        // What it learned is read beside its manifest: its own, not a damaged file nor
+        // one naming another backup (copied in by hand).
+        let learned = |backup: &str| Learned {
+            format: 1,
+            backup_id: backup.into(),
+            source: ours.clone(),
+            tables: Vec::new(),
+        };
+        let path = format!("{}/learned.json", id(2));
+        store.overwrite(&path, &learned(&id(2))).await.unwrap();
+        let found = last_complete_backup(&store, &ours, true)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(found.learned, Some(learned(&id(2))));
+        let found = last_complete_backup(&store, &ours, false)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(found.learned, None, "not asked for");
+        store.overwrite(&path, &learned(&id(1))).await.unwrap();
+        let found = last_complete_backup(&store, &ours, true)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!((found.manifest.backup_id, found.learned), (id(2), None));
+        blobs.tamper(&path, "{not json".into());
+        let found = last_complete_backup(&store, &ours, true)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!((found.manifest.backup_id, found.learned), (id(2), None));
         let nobody = AccountRef {
             account: "c".into(),
             ..ours.clone()
         };
         assert!(
-            last_complete_backup(&store, &nobody)
+            last_complete_backup(&store, &nobody, true)
                 .await
                 .unwrap()
                 .is_none()
@@ -386,21 +418,92 @@ mod tests {
     async fn the_workers_that_wrote_the_last_backup_size_a_daemon_fleets_plan() {
         // 48 workers wrote 48 tasks of 4 blocks: 192 blocks of 10,000 entities.
         let (store, table) = last_backup(48, 4).await;
-        let ranges = ranges_from_previous(&store, &table, 32, false)
+        let ranges = ranges_from_previous(&store, &table, None, 32, false)
             .await
             .unwrap();
         assert_eq!(ranges.len(), 4 * 48, "one task per slot of the last fleet");
         let refs: Vec<&KeyRange> = ranges.iter().collect();
         assert!(find_tiling(&refs).is_some());
         // In-process workers: their own cap, whoever wrote the last backup.
-        let ranges = ranges_from_previous(&store, &table, 8, true).await.unwrap();
+        let ranges = ranges_from_previous(&store, &table, None, 8, true)
+            .await
+            .unwrap();
         assert_eq!(ranges.len(), 8);
         // A small fleet last time: the default for workers elsewhere.
         let (store, table) = last_backup(3, 20).await;
-        let ranges = ranges_from_previous(&store, &table, 32, false)
+        let ranges = ranges_from_previous(&store, &table, None, 32, false)
             .await
             .unwrap();
         assert_eq!(ranges.len(), 32);
+    }
+
+    /// What a last backup's commit records say of its table, as `learned.json` holds
+    /// it: its parts merged down to at most `most`, and its writers.
+    async fn learned_of(store: &Store, table: &ManifestTable, most: usize) -> LearnedTable {
+        let mut blocks = Vec::new();
+        let mut writers = std::collections::HashSet::new();
+        for r in &table.ranges {
+            let record = store.commit_record(&r.commit).await.unwrap();
+            writers.insert(record.worker);
+            blocks.extend(record.blobs.into_iter().flat_map(|b| b.blocks));
+        }
+        LearnedTable {
+            name: table.name.clone(),
+            entities: table.entities,
+            writers: writers.len(),
+            parts: tablevault_core::job::learned::merge_parts(&table_parts(blocks), most),
+        }
+    }
+
+    /// A repeat plan from what the last backup learned reads no commit record (there
+    /// are none in this store) and cuts where the records would have: one round trip
+    /// instead of one per sixteen records, whatever the number of ranges.
+    #[tokio::test]
+    async fn what_the_last_backup_learned_plans_without_its_commit_records() {
+        use std::sync::Arc;
+        use tablevault_core::testing::{MemoryBlobs, Op};
+        let (store, table) = last_backup(48, 4).await;
+        let learned = learned_of(&store, &table, 4_096).await;
+        let blobs = Arc::new(MemoryBlobs::new("c"));
+        let empty = Store::new(blobs.clone());
+        for (max_tasks, fleet_known) in [(32, false), (8, true)] {
+            let from_records = ranges_from_previous(&store, &table, None, max_tasks, fleet_known)
+                .await
+                .unwrap();
+            let from_learned =
+                ranges_from_previous(&empty, &table, Some(&learned), max_tasks, fleet_known)
+                    .await
+                    .unwrap();
+            assert_eq!(from_learned, from_records);
+        }
+        assert_eq!(blobs.calls(Op::Get), 0);
+    }
+
+    /// Parts merged to a few thousand still cut a large table into 256 tasks within a
+    /// fifth of the mean: 6,400 blocks of 10,000 entities merged into 1,000 parts.
+    #[tokio::test]
+    async fn merged_parts_still_cut_even_ranges() {
+        let (store, table) = last_backup(64, 100).await;
+        let learned = learned_of(&store, &table, 1_000).await;
+        assert!(learned.parts.len() <= 1_000);
+        let ranges = ranges_from_previous(&store, &table, Some(&learned), 32, false)
+            .await
+            .unwrap();
+        assert_eq!(ranges.len(), 256);
+        let refs: Vec<&KeyRange> = ranges.iter().collect();
+        assert!(find_tiling(&refs).is_some());
+        let mean = table.entities / 256;
+        for r in &ranges {
+            // Blocks of 10,000 entities under keys p000000, p000001, …
+            let n: u64 = (0..6_400)
+                .filter(|&i| r.contains(&EntityKey::new(format!("p{i:06}"), "r")))
+                .count() as u64
+                * 10_000;
+            assert!(
+                n * 5 <= mean * 6 && n * 5 >= mean * 4,
+                "{r}: {n} of a mean {mean}"
+            );
+        }
     }
 
     /// A repeat backup by four in-process workers: with two tasks per worker, ranges of
@@ -551,10 +654,7 @@ mod tests {
                 .collect()
         };
         let parts = |marked: bool| -> Vec<Part> {
-            [block(0, marked), block(6_000, marked)]
-                .iter()
-                .flat_map(|b| block_parts(b, None))
-                .collect()
+            table_parts(vec![block(0, marked), block(6_000, marked)])
         };
         // Without marks, 4 tasks can only be cut at the two block starts.
         assert_eq!(count(&cut_equal(&parts(false), 4)), vec![6_000, 6_000]);

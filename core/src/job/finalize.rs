@@ -86,30 +86,49 @@ pub async fn finalize(store: &Store, state: &BackupState) -> Result<Option<Manif
     if being_removed(store, &paths).await? {
         return Ok(None);
     }
-    let manifest = match store
+    let (manifest, created) = match store
         .create(&paths.manifest(), &manifest, manifest_metadata(&manifest))
         .await?
     {
         CreateOutcome::Created => {
             tracing::info!(backup = %id, entities = manifest.entities, "backup complete: manifest written");
-            manifest
+            (manifest, true)
         }
-        CreateOutcome::AlreadyExists => store.manifest(id).await?.ok_or_else(|| {
-            StoreError::Corrupt(format!("the manifest of {id} vanished while finalizing"))
-        })?,
+        CreateOutcome::AlreadyExists => {
+            let manifest = store.manifest(id).await?.ok_or_else(|| {
+                StoreError::Corrupt(format!("the manifest of {id} vanished while finalizing"))
+            })?;
+            (manifest, false)
+        }
     };
     // The garbage is collected while the second check runs: removing blobs no range
-    // references is right whether or not a deletion began (which removes them too).
-    let (removed, collected) = tokio::join!(
+    // references is right whether or not a deletion began (which removes them too). The
+    // next backup's planning hints go out meanwhile too, from whoever wrote the manifest.
+    let (removed, collected, ()) = tokio::join!(
         being_removed(store, &paths),
-        collect_garbage(store, &paths, &manifest, state)
+        collect_garbage(store, &paths, &manifest, state),
+        write_learned(store, &paths, created.then_some(state))
     );
     if removed? {
-        store.delete(&paths.manifest()).await?;
+        store
+            .delete_all(&[paths.manifest(), paths.learned()])
+            .await?;
         return Ok(None);
     }
     collected?;
     Ok(Some(manifest))
+}
+
+/// Writes what the backup learned for the next one's plan (`learned.json`), if `state`
+/// is given and some table is large enough to learn from. Failing to is logged, not an
+/// error: the next plan reads the commit records instead.
+async fn write_learned(store: &Store, paths: &BackupPaths, state: Option<&BackupState>) {
+    let Some(learned) = state.and_then(super::learned::learned) else {
+        return;
+    };
+    if let Err(e) = store.overwrite(&paths.learned(), &learned).await {
+        tracing::debug!(error = %e, "cannot write what the backup learned; the next plan reads its commit records");
+    }
 }
 
 /// Whether a backup is being removed: its deletion marker is there, or its plan is gone.

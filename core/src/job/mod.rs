@@ -5,6 +5,7 @@
 //! contradict another.
 
 pub mod finalize;
+pub mod learned;
 
 use std::collections::HashMap;
 

@@ -486,6 +486,53 @@ pub struct Manifest {
     pub tool_version: String,
 }
 
+/// `learned.json`: what a complete backup learned about its tables for the next backup
+/// of the same account to plan from. Each large table's blocks and marks, merged down to
+/// at most a few thousand parts, so a repeat plan reads this one file beside the
+/// manifest instead of every commit record (tens of thousands of reads, and megabytes of
+/// marks, for an account of large tables cut into hundreds of ranges each). Written by
+/// whoever finalizes, beside the manifest; absent for backups of small tables only, of
+/// earlier versions, or whose finalizer stopped in between. Planning falls back to the
+/// commit records then. It decides balance only, never what is backed up.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Learned {
+    /// Format version of the backup it was learned from.
+    pub format: u32,
+    /// The backup it was learned from.
+    pub backup_id: String,
+    /// That backup's source account.
+    pub source: AccountRef,
+    /// Tables large enough to be planned into more than one range, in the job's order.
+    pub tables: Vec<LearnedTable>,
+}
+
+/// What a backup learned about one table.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LearnedTable {
+    /// Table name.
+    pub name: String,
+    /// Entities backed up (the parts' sum).
+    pub entities: u64,
+    /// Distinct workers that committed its ranges: a fleet of daemons is planned one
+    /// task per slot of as many workers.
+    pub writers: usize,
+    /// The table in key order, in parts of about equal size.
+    pub parts: Vec<Part>,
+}
+
+/// A part of a table between two keys a backup recorded (a block start or a mark): its
+/// first key, its entities, and whether that key is the first of its partition.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Part {
+    /// Its first key.
+    pub first: EntityKey,
+    /// Entities from it to the next part.
+    pub entities: u64,
+    /// Whether `first` is the first key of its partition.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub starts_partition: bool,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

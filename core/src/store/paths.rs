@@ -45,6 +45,12 @@ impl BackupPaths {
         format!("{}/manifest.json", self.id)
     }
 
+    /// `<id>/learned.json`: what the next backup of the account plans from (its large
+    /// tables' parts), written beside the manifest.
+    pub fn learned(&self) -> String {
+        format!("{}/learned.json", self.id)
+    }
+
     /// `<id>/data/`.
     pub fn data_root(&self) -> String {
         format!("{}/data/", self.id)
