@@ -6,7 +6,7 @@
 
 use futures::StreamExt;
 use tablevault_core::format::MARK_ENTITIES;
-use tablevault_core::job::learned::table_parts;
+use tablevault_core::job::learned::{self, table_parts};
 use tablevault_core::keys::{EntityKey, KeyRange};
 use tablevault_core::protocol::{
     AccountRef, BlockRecord, DEFAULT_WORKER_CONCURRENCY, Learned, LearnedTable, Manifest,
@@ -40,13 +40,13 @@ pub struct Previous {
 }
 
 impl Previous {
-    /// What it learned of `table`, if that agrees with the manifest.
+    /// What it learned of `table`, if that is sound and agrees with the manifest.
     pub fn learned_table(&self, table: &ManifestTable) -> Option<&LearnedTable> {
         self.learned
             .as_ref()?
             .tables
             .iter()
-            .find(|t| t.name == table.name && t.entities == table.entities && !t.parts.is_empty())
+            .find(|t| t.name == table.name && t.entities == table.entities && learned::is_sound(t))
     }
 }
 
@@ -477,6 +477,51 @@ mod tests {
             assert_eq!(from_learned, from_records);
         }
         assert_eq!(blobs.calls(Op::Get), 0);
+    }
+
+    /// A plan trusts what the last backup learned of a table only where it is sound and
+    /// agrees with the manifest; otherwise the commit records plan the table.
+    #[tokio::test]
+    async fn what_was_learned_of_a_table_is_used_only_where_it_is_sound() {
+        let (store, table) = last_backup(8, 2).await;
+        let good = learned_of(&store, &table, 4_096).await;
+        let previous = |t: LearnedTable| Previous {
+            manifest: Manifest {
+                format: 1,
+                backup_id: "b".into(),
+                created_at: String::new(),
+                completed_at: String::new(),
+                source: AccountRef {
+                    account: "a".into(),
+                    table_endpoint: "e".into(),
+                },
+                compression: tablevault_core::format::Compression::None,
+                tables: vec![table.clone()],
+                entities: table.entities,
+                raw_bytes: 0,
+                stored_bytes: 0,
+                tool_version: String::new(),
+            },
+            learned: Some(Learned {
+                format: 1,
+                backup_id: "b".into(),
+                source: AccountRef {
+                    account: "a".into(),
+                    table_endpoint: "e".into(),
+                },
+                tables: vec![t],
+            }),
+        };
+        assert_eq!(previous(good.clone()).learned_table(&table), Some(&good));
+        let mut other = good.clone();
+        other.name = "Other".into();
+        assert_eq!(previous(other).learned_table(&table), None);
+        let mut recounted = good.clone();
+        recounted.entities += 1;
+        assert_eq!(previous(recounted).learned_table(&table), None);
+        let mut backwards = good.clone();
+        backwards.parts.reverse();
+        assert_eq!(previous(backwards).learned_table(&table), None);
     }
 
     /// Parts merged to a few thousand still cut a large table into 256 tasks within a

@@ -105,6 +105,19 @@ pub fn learned(state: &BackupState) -> Option<Learned> {
     }
 }
 
+/// Whether `t` can be planned from as it is: at most [`MAX_TABLE_PARTS`] parts in
+/// strictly increasing key order whose entities add up to its own count. A damaged or
+/// hand-made `learned.json` that is not is ignored (the plan reads the commit records),
+/// never trusted into a plan whose arithmetic overflows or whose ranges go backwards.
+pub fn is_sound(t: &LearnedTable) -> bool {
+    let ordered = t.parts.windows(2).all(|w| w[0].first < w[1].first);
+    let sum = t
+        .parts
+        .iter()
+        .try_fold(0u64, |sum, p| sum.checked_add(p.entities));
+    !t.parts.is_empty() && t.parts.len() <= MAX_TABLE_PARTS && ordered && sum == Some(t.entities)
+}
+
 fn key_bytes(p: &Part) -> usize {
     p.first.pk.len() + p.first.rk.len()
 }
@@ -437,6 +450,32 @@ mod tests {
             );
             assert_eq!(t.parts.iter().map(|p| p.entities).sum::<u64>(), t.entities);
         }
+    }
+
+    #[test]
+    fn a_table_learned_out_of_order_or_miscounted_is_not_sound() {
+        let table = |parts: Vec<Part>, entities| LearnedTable {
+            name: "T".into(),
+            entities,
+            writers: 1,
+            parts,
+        };
+        let good: Vec<Part> = (0..10).map(|i| part(i, 100, false)).collect();
+        assert!(is_sound(&table(good.clone(), 1_000)));
+        assert!(!is_sound(&table(good.clone(), 999)), "the sum disagrees");
+        assert!(!is_sound(&table(Vec::new(), 0)), "no parts");
+        let mut backwards = good.clone();
+        backwards.swap(3, 4);
+        assert!(!is_sound(&table(backwards, 1_000)));
+        let mut twice = good.clone();
+        twice[4].first = twice[3].first.clone();
+        assert!(!is_sound(&table(twice, 1_000)));
+        let mut huge = good;
+        huge[0].entities = u64::MAX;
+        assert!(!is_sound(&table(huge, u64::MAX)), "the sum overflows");
+        let many: Vec<Part> = (0..=MAX_TABLE_PARTS).map(|i| part(i, 1, false)).collect();
+        let n = many.len() as u64;
+        assert!(!is_sound(&table(many, n)));
     }
 
     #[test]
