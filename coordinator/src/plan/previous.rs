@@ -169,7 +169,7 @@ pub async fn ranges_from_previous(
         }
     }
     let tasks = task_count(table.entities, max_tasks, fleet_known, workers.len());
-    Ok(cut_equal(&table_parts(blocks), tasks))
+    Ok(cut_equal(&table_parts(blocks.iter().collect()), tasks))
 }
 
 /// Ranges of about `total / tasks` entities each, cut at block starts (or marks): for
@@ -451,7 +451,7 @@ mod tests {
             name: table.name.clone(),
             entities: table.entities,
             writers: writers.len(),
-            parts: tablevault_core::job::learned::merge_parts(&table_parts(blocks), most),
+            parts: learned::merge_parts(&table_parts(blocks.iter().collect()), most),
         }
     }
 
@@ -634,7 +634,7 @@ mod tests {
     fn a_plan_cuts_between_partitions_where_the_blocks_mark_their_starts() {
         for per in [37u64, 300, 500, 700, 999] {
             let (blocks, keys) = packed(50_000, per);
-            let ranges = cut_equal(&table_parts(blocks), 16);
+            let ranges = cut_equal(&table_parts(blocks.iter().collect()), 16);
             let refs: Vec<&KeyRange> = ranges.iter().collect();
             assert!(find_tiling(&refs).is_some());
             assert_eq!(ranges.len(), 16, "{per}");
@@ -656,7 +656,7 @@ mod tests {
         // Partitions of a thousand or more are still cut inside, about every thousand.
         for per in [1_500u64, 1_000_000] {
             let (blocks, keys) = packed(50_000, per);
-            let ranges = cut_equal(&table_parts(blocks), 16);
+            let ranges = cut_equal(&table_parts(blocks.iter().collect()), 16);
             assert_eq!(ranges.len(), 16, "{per}");
             for r in &ranges {
                 let n = keys.iter().filter(|k| r.contains(k)).count();
@@ -699,7 +699,7 @@ mod tests {
                 .collect()
         };
         let parts = |marked: bool| -> Vec<Part> {
-            table_parts(vec![block(0, marked), block(6_000, marked)])
+            table_parts(vec![&block(0, marked), &block(6_000, marked)])
         };
         // Without marks, 4 tasks can only be cut at the two block starts.
         assert_eq!(count(&cut_equal(&parts(false), 4)), vec![6_000, 6_000]);

@@ -60,7 +60,7 @@ pub fn learned(state: &BackupState) -> Option<Learned> {
             let blocks = chain
                 .iter()
                 .flat_map(|c| &c.blobs)
-                .flat_map(|b| b.blocks.iter().cloned())
+                .flat_map(|b| &b.blocks)
                 .collect();
             let parts = table_parts(blocks);
             let entities = parts.iter().map(|p| p.entities).sum();
@@ -125,13 +125,13 @@ fn key_bytes(p: &Part) -> usize {
 /// A table's blocks as parts in key order: each block whole, or cut at the keys it
 /// marks. A block's first key starts a partition when the block before it ended in
 /// another.
-pub fn table_parts(mut blocks: Vec<BlockRecord>) -> Vec<Part> {
+pub fn table_parts(mut blocks: Vec<&BlockRecord>) -> Vec<Part> {
     blocks.sort_by(|a, b| a.first_key.cmp(&b.first_key));
     let mut parts = Vec::new();
-    let mut last_pk: Option<String> = None;
-    for block in &blocks {
-        parts.extend(block_parts(block, last_pk.as_deref()));
-        last_pk = Some(block.last_key.pk.clone());
+    let mut last_pk: Option<&str> = None;
+    for block in blocks {
+        parts.extend(block_parts(block, last_pk));
+        last_pk = Some(&block.last_key.pk);
     }
     parts
 }

@@ -6,6 +6,7 @@
 //! process (built next to this binary) so its peak RSS is its own.
 
 mod backup;
+mod plan;
 mod restore;
 mod shapes;
 
@@ -21,6 +22,7 @@ use tablevault_azure::table::{Query, TableClient};
 use crate::emulator::Azurite;
 
 pub use backup::run_backup_bench;
+pub use plan::{PlanOptions, run_plan_bench};
 pub use restore::run_restore_bench;
 pub use shapes::{ShapeOptions, run_shape_bench};
 

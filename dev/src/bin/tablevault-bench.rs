@@ -6,7 +6,8 @@
 use clap::{Args, Parser, Subcommand};
 use tablevault_core::protocol::DEFAULT_WORKER_CONCURRENCY;
 use tablevault_dev::bench::{
-    BenchOptions, ShapeOptions, run_backup_bench, run_restore_bench, run_shape_bench,
+    BenchOptions, PlanOptions, ShapeOptions, run_backup_bench, run_plan_bench, run_restore_bench,
+    run_shape_bench,
 };
 use tablevault_dev::sim::{Plan, Policy, SimOptions};
 
@@ -30,6 +31,10 @@ enum Bench {
     /// to a sequential
     /// single-connection scan of the same data.
     Shapes(Shapes),
+    /// How long a repeat backup's plan takes for many large tables backed up in many
+    /// ranges last time: from what that backup learned (`learned.json`) and from its
+    /// commit records, side by side.
+    Plan(PlanBench),
     /// Backup and restore against a model of Azure's published limits (2,000 entities/s
     /// per partition, 20,000/s per account, 503 beyond), in virtual time.
     Simulate(Simulate),
@@ -178,6 +183,30 @@ struct Shapes {
     json: bool,
 }
 
+/// What the planning benchmark takes.
+#[derive(Args, Debug)]
+struct PlanBench {
+    /// Tables in the account.
+    #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    tables: u32,
+    /// Ranges each table was backed up in last time.
+    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..=4096))]
+    ranges: u32,
+    /// Entities per range last time.
+    #[arg(long, default_value_t = 100_000, value_parser = clap::value_parser!(u64).range(1..))]
+    entities_per_range: u64,
+    /// Adds this round trip (milliseconds) to every request the plans send, through a
+    /// delay line (writing the last backup goes direct).
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(0..=10_000))]
+    round_trip_ms: u64,
+    /// Plans timed each way (medians reported).
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=50))]
+    runs: u32,
+    /// Print JSON.
+    #[arg(long)]
+    json: bool,
+}
+
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
     tablevault_worker::process::end_quietly_on_closed_output();
@@ -200,6 +229,17 @@ async fn main() -> std::process::ExitCode {
                     runs: s.runs as usize,
                     round_trip: std::time::Duration::from_millis(s.round_trip_ms),
                     json: s.json,
+                })
+                .await
+            }
+            Bench::Plan(p) => {
+                run_plan_bench(&PlanOptions {
+                    tables: p.tables as usize,
+                    ranges: p.ranges as usize,
+                    entities_per_range: p.entities_per_range,
+                    round_trip: std::time::Duration::from_millis(p.round_trip_ms),
+                    runs: p.runs as usize,
+                    json: p.json,
                 })
                 .await
             }
