@@ -421,6 +421,32 @@ mod tests {
         assert!(blobs.blob(&paths.learned()).is_none());
     }
 
+    /// learned.json is a hint: a backup whose finalizer cannot write it is complete all
+    /// the same, and the next plan reads the commit records.
+    #[tokio::test]
+    async fn a_backup_whose_learned_file_cannot_be_written_is_complete() {
+        use crate::store::{BackupPaths, Store};
+        use crate::testing::{MemoryBlobs, Op, Strike, busy};
+        let blobs = std::sync::Arc::new(MemoryBlobs::new("c"));
+        let store = Store::new(blobs.clone());
+        let paths = BackupPaths::new(ID);
+        let state = finished(9, 2);
+        store.overwrite(&paths.job(), &state.job).await.unwrap();
+        blobs.fail(
+            Op::PutBlob,
+            "learned.json",
+            Strike::Before,
+            busy("Put Blob"),
+        );
+        let manifest = super::super::finalize::finalize(&store, &state)
+            .await
+            .unwrap()
+            .expect("complete");
+        assert_eq!(manifest.entities, 11_000);
+        assert!(blobs.blob(&paths.manifest()).is_some());
+        assert!(blobs.blob(&paths.learned()).is_none());
+    }
+
     #[test]
     fn a_backup_over_its_key_budget_keeps_fewer_parts_of_each_table() {
         // Two tables of 9,000 blocks under keys of 1,400 bytes: 4,096 parts of each
