@@ -138,6 +138,81 @@ pub fn empty_commit(job: &str, table: &str, task: &str) -> crate::protocol::Comm
     }
 }
 
+/// The account tests' jobs and manifests name.
+pub fn test_account() -> crate::protocol::AccountRef {
+    crate::protocol::AccountRef {
+        account: "a".into(),
+        table_endpoint: "e".into(),
+    }
+}
+
+/// A backup job `id` of [`test_account`] planning `tables`, with settings no test
+/// depends on.
+pub fn test_job(id: &str, tables: Vec<crate::protocol::TablePlan>) -> crate::protocol::BackupJob {
+    crate::protocol::BackupJob {
+        protocol: crate::protocol::PROTOCOL_VERSION,
+        format: crate::format::FORMAT_VERSION,
+        backup_id: id.into(),
+        created_at: String::new(),
+        source: test_account(),
+        options: crate::protocol::BackupOptions {
+            dynamic_split: true,
+            compression: crate::format::Compression::None,
+            blocks_per_blob: 20,
+            block_bytes: 1,
+            batch_bytes: 1,
+            max_attempts: 1,
+            queue: "q".into(),
+            max_rate: None,
+        },
+        tables,
+        tool_version: String::new(),
+    }
+}
+
+/// A manifest of backup `id` of `source` holding `tables`, with no other content.
+pub fn test_manifest(
+    id: &str,
+    source: crate::protocol::AccountRef,
+    tables: Vec<crate::protocol::ManifestTable>,
+) -> crate::protocol::Manifest {
+    crate::protocol::Manifest {
+        format: crate::format::FORMAT_VERSION,
+        backup_id: id.into(),
+        created_at: String::new(),
+        completed_at: String::new(),
+        source,
+        compression: crate::format::Compression::None,
+        entities: tables.iter().map(|t| t.entities).sum(),
+        raw_bytes: 0,
+        stored_bytes: 0,
+        tables,
+        tool_version: String::new(),
+    }
+}
+
+/// A block record of `entities` from `first` to `last`, unmarked, locating nothing: what
+/// planning reads of a block.
+pub fn test_block(
+    id: usize,
+    first: crate::keys::EntityKey,
+    last: crate::keys::EntityKey,
+    entities: u64,
+) -> crate::protocol::BlockRecord {
+    crate::protocol::BlockRecord {
+        id: format!("{id}"),
+        offset: 0,
+        length: 0,
+        raw_length: 0,
+        entities,
+        batches: entities.div_ceil(100),
+        sha256: String::new(),
+        first_key: first,
+        last_key: last,
+        marks: Vec::new(),
+    }
+}
+
 /// A reset connection: the request may or may not have been applied.
 pub fn reset(op: &'static str) -> Error {
     Error::Transport {

@@ -271,7 +271,7 @@ mod tests {
     async fn last_backup(tasks: usize, blocks_each: usize) -> (Store, ManifestTable) {
         use std::sync::Arc;
         use tablevault_core::protocol::{BlobRecord, ManifestRange};
-        use tablevault_core::testing::{MemoryBlobs, empty_commit};
+        use tablevault_core::testing::{MemoryBlobs, empty_commit, test_block};
         let store = Store::new(Arc::new(MemoryBlobs::new("c")));
         let key = |i: usize| EntityKey::new(format!("p{i:06}"), "r");
         let mut ranges = Vec::new();
@@ -283,17 +283,9 @@ mod tests {
                 entities: 10_000 * blocks_each as u64,
                 length: 0,
                 blocks: (0..blocks_each)
-                    .map(|b| BlockRecord {
-                        id: format!("{b}"),
-                        offset: 0,
-                        length: 0,
-                        raw_length: 0,
-                        entities: 10_000,
-                        batches: 100,
-                        sha256: String::new(),
-                        first_key: key(t * blocks_each + b),
-                        last_key: key(t * blocks_each + b),
-                        marks: Vec::new(),
+                    .map(|b| {
+                        let k = key(t * blocks_each + b);
+                        test_block(b, k.clone(), k, 10_000)
                     })
                     .collect(),
             }];
@@ -321,7 +313,6 @@ mod tests {
     #[tokio::test]
     async fn the_last_backup_is_the_newest_readable_manifest_of_the_same_account() {
         use std::sync::Arc;
-        use tablevault_core::format::Compression;
         use tablevault_core::testing::MemoryBlobs;
         let blobs = Arc::new(MemoryBlobs::new("c"));
         let store = Store::new(blobs.clone());
@@ -329,18 +320,8 @@ mod tests {
             account: "a".into(),
             table_endpoint: "https://a.table.core.windows.net".into(),
         };
-        let manifest = |id: &str, source: &AccountRef| Manifest {
-            format: 1,
-            backup_id: id.into(),
-            created_at: String::new(),
-            completed_at: String::new(),
-            source: source.clone(),
-            compression: Compression::None,
-            tables: Vec::new(),
-            entities: 0,
-            raw_bytes: 0,
-            stored_bytes: 0,
-            tool_version: String::new(),
+        let manifest = |id: &str, source: &AccountRef| {
+            tablevault_core::testing::test_manifest(id, source.clone(), Vec::new())
         };
         let id = |n: u32| format!("20261122T1146{n:02}Z-1a2b3c4d");
         let theirs = AccountRef {
@@ -485,30 +466,13 @@ mod tests {
     async fn what_was_learned_of_a_table_is_used_only_where_it_is_sound() {
         let (store, table) = last_backup(8, 2).await;
         let good = learned_of(&store, &table, 4_096).await;
+        use tablevault_core::testing::{test_account, test_manifest};
         let previous = |t: LearnedTable| Previous {
-            manifest: Manifest {
-                format: 1,
-                backup_id: "b".into(),
-                created_at: String::new(),
-                completed_at: String::new(),
-                source: AccountRef {
-                    account: "a".into(),
-                    table_endpoint: "e".into(),
-                },
-                compression: tablevault_core::format::Compression::None,
-                tables: vec![table.clone()],
-                entities: table.entities,
-                raw_bytes: 0,
-                stored_bytes: 0,
-                tool_version: String::new(),
-            },
+            manifest: test_manifest("b", test_account(), vec![table.clone()]),
             learned: Some(Learned {
                 format: 1,
                 backup_id: "b".into(),
-                source: AccountRef {
-                    account: "a".into(),
-                    table_endpoint: "e".into(),
-                },
+                source: test_account(),
                 tables: vec![t],
             }),
         };

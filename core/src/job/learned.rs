@@ -281,6 +281,7 @@ mod tests {
         blocks: usize,
     ) -> CommitRecord {
         use crate::protocol::BlobRecord;
+        use crate::testing::test_block;
         let key = |i: usize| EntityKey::new(format!("pk-{i:05}"), "r");
         CommitRecord {
             range,
@@ -291,18 +292,7 @@ mod tests {
                 entities: 1_000 * blocks as u64,
                 length: 0,
                 blocks: (0..blocks)
-                    .map(|b| BlockRecord {
-                        id: format!("{b}"),
-                        offset: 0,
-                        length: 0,
-                        raw_length: 0,
-                        entities: 1_000,
-                        batches: 10,
-                        sha256: String::new(),
-                        first_key: key(first + b),
-                        last_key: key(first + b),
-                        marks: Vec::new(),
-                    })
+                    .map(|b| test_block(b, key(first + b), key(first + b), 1_000))
                     .collect(),
             }],
             ..crate::testing::empty_commit(ID, table, task)
@@ -313,57 +303,30 @@ mod tests {
 
     /// A job of a large table planned in two ranges and a small one, all committed.
     fn finished(large_blocks: usize, small_blocks: usize) -> BackupState {
-        use crate::format::{Compression, FORMAT_VERSION};
         use crate::keys::KeyRange;
-        use crate::protocol::{AccountRef, BackupJob, BackupOptions, PlannedTask, TablePlan};
+        use crate::protocol::{PlannedTask, TablePlan};
         let cut = Some(EntityKey::partition_start("pk-00003"));
         let lower = KeyRange::new(None, cut.clone());
         let upper = KeyRange::new(cut, None);
-        let job = BackupJob {
-            protocol: 1,
-            format: FORMAT_VERSION,
-            backup_id: ID.into(),
-            created_at: String::new(),
-            source: AccountRef {
-                account: "a".into(),
-                table_endpoint: "e".into(),
-            },
-            options: BackupOptions {
-                dynamic_split: true,
-                compression: Compression::None,
-                blocks_per_blob: 20,
-                block_bytes: 1,
-                batch_bytes: 1,
-                max_attempts: 1,
-                queue: "q".into(),
-                max_rate: None,
-            },
-            tables: vec![
-                TablePlan {
-                    name: "Large".into(),
-                    planning: "whole".into(),
-                    tasks: vec![
-                        PlannedTask {
-                            task: "r0".into(),
-                            range: lower.clone(),
-                        },
-                        PlannedTask {
-                            task: "r1".into(),
-                            range: upper.clone(),
-                        },
-                    ],
-                },
-                TablePlan {
-                    name: "Small".into(),
-                    planning: "whole".into(),
-                    tasks: vec![PlannedTask {
-                        task: "r0".into(),
-                        range: KeyRange::all(),
-                    }],
-                },
-            ],
-            tool_version: String::new(),
+        let planned = |name: &str, ranges: &[&KeyRange]| TablePlan {
+            name: name.into(),
+            planning: "whole".into(),
+            tasks: ranges
+                .iter()
+                .enumerate()
+                .map(|(i, r)| PlannedTask {
+                    task: format!("r{i}"),
+                    range: (*r).clone(),
+                })
+                .collect(),
         };
+        let job = crate::testing::test_job(
+            ID,
+            vec![
+                planned("Large", &[&lower, &upper]),
+                planned("Small", &[&KeyRange::all()]),
+            ],
+        );
         let mut state = BackupState::new(job);
         let done = &mut state.records.done;
         done.insert(

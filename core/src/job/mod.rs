@@ -170,9 +170,8 @@ impl BackupState {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::format::{Compression, FORMAT_VERSION};
     use crate::keys::EntityKey;
-    use crate::protocol::{AccountRef, BackupOptions, TablePlan};
+    use crate::protocol::TablePlan;
 
     fn commit(task: &str, range: KeyRange, split_off: Vec<PlannedTask>) -> CommitRecord {
         CommitRecord {
@@ -188,26 +187,9 @@ mod tests {
     #[test]
     fn split_off_tasks_are_outstanding_until_committed() {
         let k = |s: &str| Some(EntityKey::partition_start(s));
-        let job = BackupJob {
-            protocol: 1,
-            format: FORMAT_VERSION,
-            backup_id: "j".into(),
-            created_at: String::new(),
-            source: AccountRef {
-                account: "a".into(),
-                table_endpoint: "e".into(),
-            },
-            options: BackupOptions {
-                dynamic_split: true,
-                compression: Compression::None,
-                blocks_per_blob: 1,
-                block_bytes: 1,
-                batch_bytes: 1,
-                max_attempts: 1,
-                queue: "q".into(),
-                max_rate: None,
-            },
-            tables: vec![TablePlan {
+        let job = crate::testing::test_job(
+            "j",
+            vec![TablePlan {
                 name: "T".into(),
                 planning: "whole".into(),
                 tasks: vec![PlannedTask {
@@ -215,8 +197,7 @@ mod tests {
                     range: KeyRange::all(),
                 }],
             }],
-            tool_version: String::new(),
-        };
+        );
         let mut state = BackupState::new(job);
         assert_eq!(state.outstanding(), vec![("T".into(), "r0000".into())]);
         let upper = PlannedTask {
