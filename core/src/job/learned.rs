@@ -49,7 +49,8 @@ pub fn learned(state: &BackupState) -> Option<Learned> {
     if large.is_empty() {
         return None;
     }
-    let tables: Vec<(String, u64, usize, Vec<Part>)> = large
+    // Each table with all its parts; merged below to what the budget allows.
+    let tables: Vec<(LearnedTable, Vec<Part>)> = large
         .into_iter()
         .map(|(name, chain)| {
             let writers = chain
@@ -64,14 +65,20 @@ pub fn learned(state: &BackupState) -> Option<Learned> {
                 .collect();
             let parts = table_parts(blocks);
             let entities = parts.iter().map(|p| p.entities).sum();
-            (name, entities, writers, parts)
+            let table = LearnedTable {
+                name,
+                entities,
+                writers,
+                parts: Vec::new(),
+            };
+            (table, parts)
         })
         .collect();
-    let total: u64 = tables.iter().map(|t| t.1).sum::<u64>().max(1);
+    let total: u64 = tables.iter().map(|t| t.0.entities).sum::<u64>().max(1);
     let mut caps: Vec<usize> = tables
         .iter()
         .map(|t| {
-            let share = (MAX_PARTS as u128 * t.1 as u128 / total as u128) as usize;
+            let share = (MAX_PARTS as u128 * t.0.entities as u128 / total as u128) as usize;
             share.clamp(MIN_TABLE_PARTS, MAX_TABLE_PARTS)
         })
         .collect();
@@ -79,7 +86,7 @@ pub fn learned(state: &BackupState) -> Option<Learned> {
         let merged: Vec<Vec<Part>> = tables
             .iter()
             .zip(&caps)
-            .map(|(t, &cap)| merge_parts(&t.3, cap))
+            .map(|((_, parts), &cap)| merge_parts(parts, cap))
             .collect();
         let key_bytes: usize = merged.iter().flatten().map(key_bytes).sum();
         if key_bytes <= MAX_KEY_BYTES || caps.iter().all(|&c| c <= MIN_TABLE_PARTS) {
@@ -88,14 +95,9 @@ pub fn learned(state: &BackupState) -> Option<Learned> {
                 backup_id: job.backup_id.clone(),
                 source: job.source.clone(),
                 tables: tables
-                    .iter()
+                    .into_iter()
                     .zip(merged)
-                    .map(|(t, parts)| LearnedTable {
-                        name: t.0.clone(),
-                        entities: t.1,
-                        writers: t.2,
-                        parts,
-                    })
+                    .map(|((table, _), parts)| LearnedTable { parts, ..table })
                     .collect(),
             });
         }
