@@ -488,6 +488,78 @@ mod tests {
         assert_eq!(previous(backwards).learned_table(&table), None);
     }
 
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(64))]
+        /// Whatever the table's shape (partition sizes from one entity to whole blocks,
+        /// blocks of any size, marks where the packer puts them) and however far its
+        /// parts are merged, a plan from them tiles the key space and keeps each range
+        /// within a part or two of the mean: what `learned.json` loses is only where a
+        /// cut may fall, never which keys are covered.
+        #[test]
+        fn plans_from_merged_parts_tile_and_stay_even(
+            partitions in proptest::collection::vec(1u64..3_000, 1..120),
+            block in 500u64..8_000,
+            most in 16usize..600,
+            tasks in 1u64..40,
+        ) {
+            use tablevault_core::protocol::KeyMark;
+            // Entity i of partition p: key (p, i); blocks of `block` entities, marked
+            // every 1,000 and where a partition starts 500 or more after the last mark.
+            let keys: Vec<EntityKey> = partitions
+                .iter()
+                .enumerate()
+                .flat_map(|(p, &n)| (0..n).map(move |i| {
+                    EntityKey::new(format!("p{p:04}"), format!("{i:06}"))
+                }))
+                .collect();
+            let blocks: Vec<BlockRecord> = keys
+                .chunks(block as usize)
+                .enumerate()
+                .map(|(b, chunk)| {
+                    let mut record = tablevault_core::testing::test_block(
+                        b,
+                        chunk[0].clone(),
+                        chunk[chunk.len() - 1].clone(),
+                        chunk.len() as u64,
+                    );
+                    let mut last = 0u64;
+                    for (i, k) in chunk.iter().enumerate().skip(1) {
+                        let i = i as u64;
+                        let starts = k.pk != chunk[i as usize - 1].pk;
+                        if i - last >= 1_000 || (starts && i - last >= 500) {
+                            record.marks.push(KeyMark { key: k.clone(), before: i, starts_partition: starts });
+                            last = i;
+                        }
+                    }
+                    record
+                })
+                .collect();
+            let all = table_parts(blocks.iter().collect());
+            let merged = learned::merge_parts(&all, most);
+            proptest::prop_assert!(merged.len() <= most);
+            let widest = merged.iter().map(|p| p.entities).max().unwrap_or(0);
+            let ranges = cut_equal(&merged, tasks);
+            let refs: Vec<&KeyRange> = ranges.iter().collect();
+            proptest::prop_assert!(find_tiling(&refs).is_some());
+            let total = keys.len() as u64;
+            let mean = total / ranges.len() as u64;
+            let mut covered = 0u64;
+            // Keys are in order: a range holds those from its start to its end.
+            let below = |bound: &Option<EntityKey>, open: usize| {
+                bound.as_ref().map_or(open, |b| keys.partition_point(|k| k < b))
+            };
+            for r in &ranges {
+                let n = (below(&r.end, keys.len()) - below(&r.start, 0)) as u64;
+                covered += n;
+                proptest::prop_assert!(
+                    n <= mean + 2 * widest,
+                    "{r}: {n} entities, mean {mean}, widest part {widest}"
+                );
+            }
+            proptest::prop_assert_eq!(covered, total);
+        }
+    }
+
     /// Parts merged to a few thousand still cut a large table into 256 tasks within a
     /// fifth of the mean: 6,400 blocks of 10,000 entities merged into 1,000 parts.
     #[tokio::test]
