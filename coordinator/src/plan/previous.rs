@@ -6,11 +6,11 @@
 
 use futures::StreamExt;
 use tablevault_core::format::MARK_ENTITIES;
-use tablevault_core::job::learned::{self, table_parts};
+use tablevault_core::job::learned;
 use tablevault_core::keys::{EntityKey, KeyRange};
 use tablevault_core::protocol::{
-    AccountRef, BlockRecord, DEFAULT_WORKER_CONCURRENCY, Learned, LearnedTable, Manifest,
-    ManifestTable, Part, is_valid_backup_id,
+    AccountRef, DEFAULT_WORKER_CONCURRENCY, Learned, LearnedTable, Manifest, ManifestTable, Part,
+    is_valid_backup_id,
 };
 use tablevault_core::store::{BackupPaths, Store};
 
@@ -159,17 +159,12 @@ pub async fn ranges_from_previous(
         .buffered(READS_IN_FLIGHT)
         .collect()
         .await;
-    let mut blocks: Vec<BlockRecord> = Vec::new();
-    let mut workers = std::collections::HashSet::new();
-    for record in records {
-        let record = record?;
-        workers.insert(record.worker);
-        for blob in record.blobs {
-            blocks.extend(blob.blocks);
-        }
-    }
-    let tasks = task_count(table.entities, max_tasks, fleet_known, workers.len());
-    Ok(cut_equal(&table_parts(blocks.iter().collect()), tasks))
+    let records = records
+        .into_iter()
+        .collect::<std::result::Result<Vec<_>, _>>()?;
+    let read = learned::learn_table(table.name.clone(), &records.iter().collect::<Vec<_>>());
+    let tasks = task_count(table.entities, max_tasks, fleet_known, read.writers);
+    Ok(cut_equal(&read.parts, tasks))
 }
 
 /// Ranges of about `total / tasks` entities each, cut at block starts (or marks): for
@@ -238,7 +233,9 @@ pub fn cut_equal(parts: &[Part], tasks: u64) -> Vec<KeyRange> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tablevault_core::job::learned::table_parts;
     use tablevault_core::keys::find_tiling;
+    use tablevault_core::protocol::BlockRecord;
 
     /// Parts from (first key, entities), none known to start a partition.
     fn plain(parts: &[(EntityKey, u64)]) -> Vec<Part> {
@@ -421,18 +418,14 @@ mod tests {
     /// What a last backup's commit records say of its table, as `learned.json` holds
     /// it: its parts merged down to at most `most`, and its writers.
     async fn learned_of(store: &Store, table: &ManifestTable, most: usize) -> LearnedTable {
-        let mut blocks = Vec::new();
-        let mut writers = std::collections::HashSet::new();
+        let mut records = Vec::new();
         for r in &table.ranges {
-            let record = store.commit_record(&r.commit).await.unwrap();
-            writers.insert(record.worker);
-            blocks.extend(record.blobs.into_iter().flat_map(|b| b.blocks));
+            records.push(store.commit_record(&r.commit).await.unwrap());
         }
+        let all = learned::learn_table(table.name.clone(), &records.iter().collect::<Vec<_>>());
         LearnedTable {
-            name: table.name.clone(),
-            entities: table.entities,
-            writers: writers.len(),
-            parts: learned::merge_parts(&table_parts(blocks.iter().collect()), most),
+            parts: learned::merge_parts(&all.parts, most),
+            ..all
         }
     }
 

@@ -50,35 +50,15 @@ pub fn learned(state: &BackupState) -> Option<Learned> {
         return None;
     }
     // Each table with all its parts; merged below to what the budget allows.
-    let tables: Vec<(LearnedTable, Vec<Part>)> = large
+    let tables: Vec<LearnedTable> = large
         .into_iter()
-        .map(|(name, chain)| {
-            let writers = chain
-                .iter()
-                .map(|c| c.worker.as_str())
-                .collect::<HashSet<_>>()
-                .len();
-            let blocks = chain
-                .iter()
-                .flat_map(|c| &c.blobs)
-                .flat_map(|b| &b.blocks)
-                .collect();
-            let parts = table_parts(blocks);
-            let entities = parts.iter().map(|p| p.entities).sum();
-            let table = LearnedTable {
-                name,
-                entities,
-                writers,
-                parts: Vec::new(),
-            };
-            (table, parts)
-        })
+        .map(|(name, chain)| learn_table(name, &chain))
         .collect();
-    let total: u64 = tables.iter().map(|t| t.0.entities).sum::<u64>().max(1);
+    let total: u64 = tables.iter().map(|t| t.entities).sum::<u64>().max(1);
     let mut caps: Vec<usize> = tables
         .iter()
         .map(|t| {
-            let share = (MAX_PARTS as u128 * t.0.entities as u128 / total as u128) as usize;
+            let share = (MAX_PARTS as u128 * t.entities as u128 / total as u128) as usize;
             share.clamp(MIN_TABLE_PARTS, MAX_TABLE_PARTS)
         })
         .collect();
@@ -86,7 +66,7 @@ pub fn learned(state: &BackupState) -> Option<Learned> {
         let merged: Vec<Vec<Part>> = tables
             .iter()
             .zip(&caps)
-            .map(|((_, parts), &cap)| merge_parts(parts, cap))
+            .map(|(t, &cap)| merge_parts(&t.parts, cap))
             .collect();
         let key_bytes: usize = merged.iter().flatten().map(key_bytes).sum();
         if key_bytes <= MAX_KEY_BYTES || caps.iter().all(|&c| c <= MIN_TABLE_PARTS) {
@@ -97,13 +77,37 @@ pub fn learned(state: &BackupState) -> Option<Learned> {
                 tables: tables
                     .into_iter()
                     .zip(merged)
-                    .map(|((table, _), parts)| LearnedTable { parts, ..table })
+                    .map(|(table, parts)| LearnedTable { parts, ..table })
                     .collect(),
             });
         }
         for c in &mut caps {
             *c = (*c / 2).max(MIN_TABLE_PARTS);
         }
+    }
+}
+
+/// What `records`, the commit records of table `name` that tile it, say of it: every
+/// block start and mark as a part, in key order, and how many distinct workers wrote
+/// them. What `learned.json` holds of the table before its parts are merged, and what a
+/// plan reads from the records themselves where there is no `learned.json`.
+pub fn learn_table(name: String, records: &[&CommitRecord]) -> LearnedTable {
+    let writers = records
+        .iter()
+        .map(|c| c.worker.as_str())
+        .collect::<HashSet<_>>()
+        .len();
+    let blocks = records
+        .iter()
+        .flat_map(|c| &c.blobs)
+        .flat_map(|b| &b.blocks)
+        .collect();
+    let parts = table_parts(blocks);
+    LearnedTable {
+        name,
+        entities: parts.iter().map(|p| p.entities).sum(),
+        writers,
+        parts,
     }
 }
 
