@@ -350,15 +350,26 @@ mod tests {
         state
     }
 
+    /// A fresh in-memory store holding `state`'s job file (finalize checks it is there).
+    async fn planned_in_memory(
+        state: &BackupState,
+    ) -> (
+        std::sync::Arc<crate::testing::MemoryBlobs>,
+        crate::store::Store,
+    ) {
+        let blobs = std::sync::Arc::new(crate::testing::MemoryBlobs::new("c"));
+        let store = crate::store::Store::new(blobs.clone());
+        let job = crate::store::BackupPaths::new(&state.job.backup_id).job();
+        store.overwrite(&job, &state.job).await.unwrap();
+        (blobs, store)
+    }
+
     #[tokio::test]
     async fn finalize_writes_what_the_large_tables_teach_the_next_plan() {
-        use crate::store::{BackupPaths, Store};
-        use crate::testing::MemoryBlobs;
-        let blobs = std::sync::Arc::new(MemoryBlobs::new("c"));
-        let store = Store::new(blobs.clone());
+        use crate::store::BackupPaths;
         let paths = BackupPaths::new(ID);
         let state = finished(9, 2);
-        store.overwrite(&paths.job(), &state.job).await.unwrap();
+        let (_, store) = planned_in_memory(&state).await;
         let manifest = super::super::finalize::finalize(&store, &state)
             .await
             .unwrap()
@@ -379,10 +390,8 @@ mod tests {
         assert_eq!(large.parts.len(), 9);
         assert!(large.parts[1..].iter().all(|p| p.starts_partition));
         // A backup of small tables only learns nothing and writes nothing more.
-        let blobs = std::sync::Arc::new(MemoryBlobs::new("c"));
-        let store = Store::new(blobs.clone());
         let state = finished(4, 2);
-        store.overwrite(&paths.job(), &state.job).await.unwrap();
+        let (blobs, store) = planned_in_memory(&state).await;
         super::super::finalize::finalize(&store, &state)
             .await
             .unwrap()
@@ -394,13 +403,11 @@ mod tests {
     /// the same, and the next plan reads the commit records.
     #[tokio::test]
     async fn a_backup_whose_learned_file_cannot_be_written_is_complete() {
-        use crate::store::{BackupPaths, Store};
-        use crate::testing::{MemoryBlobs, Op, Strike, busy};
-        let blobs = std::sync::Arc::new(MemoryBlobs::new("c"));
-        let store = Store::new(blobs.clone());
+        use crate::store::BackupPaths;
+        use crate::testing::{Op, Strike, busy};
         let paths = BackupPaths::new(ID);
         let state = finished(9, 2);
-        store.overwrite(&paths.job(), &state.job).await.unwrap();
+        let (blobs, store) = planned_in_memory(&state).await;
         blobs.fail(
             Op::PutBlob,
             "learned.json",
