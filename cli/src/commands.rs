@@ -119,6 +119,7 @@ async fn backup(a: BackupArgs, shutdown: &CancellationToken) -> Result<BackupRep
     req.block_bytes = a.block_size as usize;
     req.max_rate = a.max_rate;
     req.max_attempts = a.max_attempts;
+    req.format = a.format;
     let mut opts = watch_options(
         "backup",
         a.workers as usize,

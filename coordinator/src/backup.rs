@@ -10,7 +10,7 @@ use futures::StreamExt;
 use tablevault_azure::StorageAccount;
 use tablevault_azure::table::TableClient;
 use tablevault_core::format::{
-    Compression, DEFAULT_BATCH_BYTES, DEFAULT_BLOCK_BYTES, FORMAT_VERSION,
+    Compression, DEFAULT_BATCH_BYTES, DEFAULT_BLOCK_BYTES, FORMAT_VERSION, READABLE_FORMATS,
 };
 use tablevault_core::keys::KeyRange;
 use tablevault_core::protocol::{
@@ -74,6 +74,10 @@ pub struct BackupRequest {
     pub max_attempts: u64,
     /// Most entities per second the whole fleet reads (`None`: the account's target).
     pub max_rate: Option<u32>,
+    /// Backup format version to write (`--format`): the latest by default; 1 for a
+    /// backup that tablevault versions reading only format 1 can restore (no inline
+    /// blobs, docs/FORMAT.md).
+    pub format: u32,
 }
 
 impl BackupRequest {
@@ -92,6 +96,7 @@ impl BackupRequest {
             block_bytes: DEFAULT_BLOCK_BYTES,
             max_attempts: 5,
             max_rate: None,
+            format: FORMAT_VERSION,
         }
     }
 }
@@ -279,6 +284,13 @@ async fn plan_with_estimate(
     if req.block_bytes < 64 * 1024 {
         return Err(Error::invalid("--block-size must be at least 64 KiB"));
     }
+    if !READABLE_FORMATS.contains(&req.format) {
+        return Err(Error::invalid(format!(
+            "--format must be between {} and {}",
+            READABLE_FORMATS.start(),
+            READABLE_FORMATS.end()
+        )));
+    }
     crate::error::check_max_rate(req.max_rate)?;
     let source = TableClient::with_options(&req.source, &location.client_options)?;
     let split = normalize_split_keys(&req.split_keys)?;
@@ -315,7 +327,7 @@ async fn plan_with_estimate(
     let tables = plans.into_iter().collect::<Result<Vec<_>>>()?;
     let job = BackupJob {
         protocol: PROTOCOL_VERSION,
-        format: FORMAT_VERSION,
+        format: req.format,
         backup_id: new_backup_id(),
         created_at: now_rfc3339(),
         source: account,

@@ -264,9 +264,7 @@ async fn compare_range(
     };
     for blob in &commit.blobs {
         for block in &blob.blocks {
-            let decoded = store
-                .read_block(&blob.name, block, manifest.compression)
-                .await?;
+            let decoded = store.read_block(blob, block, manifest.compression).await?;
             for backed_up in decoded.batches.iter().flatten() {
                 counts.backup += 1;
                 let k = key(backed_up);

@@ -11,7 +11,7 @@ use futures::StreamExt;
 use serde::Serialize;
 use tablevault_azure::StorageAccount;
 use tablevault_azure::table::{Entity, TableClient};
-use tablevault_core::format::FORMAT_VERSION;
+use tablevault_core::format::BLOCK_VERSION;
 use tablevault_core::keys::EntityKey;
 
 use crate::compare::{LiveCursor, key};
@@ -293,40 +293,41 @@ pub async fn verify_with_progress(
             }
             let mut range_entities = 0u64;
             for blob in &commit.blobs {
-                match store.blobs().properties(&blob.name).await? {
-                    None => problems.push(format!("{}: data blob is missing", blob.name)),
-                    Some(p) => {
-                        if p.content_length != blob.length {
-                            problems.push(format!(
-                                "{}: {} bytes, recorded {}",
-                                blob.name, p.content_length, blob.length
-                            ));
-                        }
-                        if p.metadata.get("tvformat").map(String::as_str)
-                            != Some(&FORMAT_VERSION.to_string())
-                        {
-                            problems.push(format!(
-                                "{}: tvformat metadata is not {FORMAT_VERSION}",
-                                blob.name
-                            ));
-                        }
-                        if p.metadata.get("tvcompression").map(String::as_str)
-                            != Some(manifest.compression.as_str())
-                        {
-                            problems.push(format!(
-                                "{}: tvcompression metadata is not {}",
-                                blob.name, manifest.compression
-                            ));
+                let label = blob.label(&commit);
+                // An inline blob is in the record just read: there is no data blob to look at.
+                if !blob.is_inline() {
+                    match store.blobs().properties(&blob.name).await? {
+                        None => problems.push(format!("{}: data blob is missing", blob.name)),
+                        Some(p) => {
+                            if p.content_length != blob.length {
+                                problems.push(format!(
+                                    "{}: {} bytes, recorded {}",
+                                    blob.name, p.content_length, blob.length
+                                ));
+                            }
+                            if p.metadata.get("tvformat").map(String::as_str)
+                                != Some(&BLOCK_VERSION.to_string())
+                            {
+                                problems.push(format!(
+                                    "{}: tvformat metadata is not {BLOCK_VERSION}",
+                                    blob.name
+                                ));
+                            }
+                            if p.metadata.get("tvcompression").map(String::as_str)
+                                != Some(manifest.compression.as_str())
+                            {
+                                problems.push(format!(
+                                    "{}: tvcompression metadata is not {}",
+                                    blob.name, manifest.compression
+                                ));
+                            }
                         }
                     }
                 }
                 let compression = manifest.compression;
                 let mut decoded = futures::stream::iter(&blob.blocks)
                     .map(|block| async move {
-                        (
-                            block,
-                            store.read_block(&blob.name, block, compression).await,
-                        )
+                        (block, store.read_block(blob, block, compression).await)
                     })
                     .buffered(4);
                 while let Some((block, result)) = decoded.next().await {
@@ -337,7 +338,7 @@ pub async fn verify_with_progress(
                                 if !commit.range.contains(&key(e)) {
                                     problems.push(format!(
                                         "{}: block {}: entity {} outside range {}",
-                                        blob.name,
+                                        label,
                                         block.id,
                                         key(e),
                                         commit.range
@@ -359,7 +360,11 @@ pub async fn verify_with_progress(
                             diff.report.bad_blocks += 1;
                             diff.unknown
                                 .push((block.first_key.clone(), block.last_key.clone()));
-                            problems.push(e.to_string());
+                            problems.push(if blob.is_inline() {
+                                format!("{label}: {e}")
+                            } else {
+                                e.to_string()
+                            });
                         }
                     }
                 }

@@ -42,7 +42,7 @@ async fn read_backup(blobs: &Store, manifest: &Manifest, table: &str) -> Vec<Ent
         for b in &commit.blobs {
             for block in &b.blocks {
                 let decoded = blobs
-                    .read_block(&b.name, block, manifest.compression)
+                    .read_block(b, block, manifest.compression)
                     .await
                     .unwrap();
                 assert_eq!(decoded.table, table);
@@ -1440,6 +1440,9 @@ async fn status_wait_rebuilds_an_unreadable_manifest_from_the_commit_records() {
     } = numbered("rebuild", 4, 150).await;
     let mut req = backup_of(&env.account, &table);
     req.split_keys = vec!["p001".into(), "p002".into(), "p003".into()];
+    // Format 1: every range in data blobs (a small range is otherwise inline in its
+    // commit record).
+    req.format = 1;
     let report = run_backup(&req, &t, &watch_opts(2, &env.account))
         .await
         .unwrap();
@@ -1501,6 +1504,7 @@ async fn status_wait_rebuilds_an_unreadable_manifest_from_the_commit_records() {
         .commit_record(&before.tables[0].ranges[1].commit)
         .await
         .unwrap();
+    assert!(!commit.blobs[0].is_inline(), "format 1: data blobs");
     let lost = &commit.blobs[0].name;
     raw.delete(lost).await.unwrap();
     let e = status(&t, &id, wait, &watch_opts(0, &env.account))

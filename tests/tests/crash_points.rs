@@ -82,7 +82,7 @@ async fn check_tables(
             for b in &commit.blobs {
                 for block in &b.blocks {
                     let d = blobs
-                        .read_block(&b.name, block, manifest.compression)
+                        .read_block(b, block, manifest.compression)
                         .await
                         .unwrap();
                     got.extend(d.batches.into_iter().flatten());

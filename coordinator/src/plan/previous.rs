@@ -285,6 +285,7 @@ mod tests {
                         test_block(b, k.clone(), k, 10_000)
                     })
                     .collect(),
+                inline: None,
             }];
             let path = format!("j/tasks/T/r{t:04}.json");
             store.create(&path, &record, Vec::new()).await.unwrap();

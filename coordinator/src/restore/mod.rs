@@ -27,7 +27,7 @@ use std::time::Instant;
 use futures::StreamExt;
 use tablevault_azure::StorageAccount;
 use tablevault_azure::table::TableClient;
-use tablevault_core::format::FORMAT_VERSION;
+use tablevault_core::format::READABLE_FORMATS;
 use tablevault_core::job::finalize::{missing_or_short, settle_backup};
 use tablevault_core::protocol::{
     AccountRef, CommitRecord, JobStatus, Manifest, ManifestTable, PROTOCOL_VERSION, RestoreJob,
@@ -99,10 +99,12 @@ pub async fn load_complete_manifest(store: &Store, id: &str) -> Result<Manifest>
              finish it with `tablevault status {id} --wait`"
         )));
     };
-    if manifest.format != FORMAT_VERSION {
+    if !READABLE_FORMATS.contains(&manifest.format) {
         return Err(Error::invalid(format!(
-            "backup {id} has format version {}; this tablevault reads version {FORMAT_VERSION}",
-            manifest.format
+            "backup {id} has format version {}; this tablevault reads versions {} to {}",
+            manifest.format,
+            READABLE_FORMATS.start(),
+            READABLE_FORMATS.end()
         )));
     }
     Ok(manifest)
@@ -220,8 +222,9 @@ fn check_counts(backup_id: &str, table: &ManifestTable, commits: &[CommitRecord]
                 .fold(0u64, |n, b| n.saturating_add(b.entities));
             if in_blocks != blob.entities {
                 return corrupt(format!(
-                    "blob {} lists {in_blocks} entities in its blocks, records {}",
-                    blob.name, blob.entities
+                    "{} lists {in_blocks} entities in its blocks, records {}",
+                    blob.label(c),
+                    blob.entities
                 ));
             }
             in_blobs = in_blobs.saturating_add(blob.entities);

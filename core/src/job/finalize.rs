@@ -147,27 +147,31 @@ fn manifest_metadata(manifest: &Manifest) -> Vec<(String, String)> {
 }
 
 /// The first of `blobs` that is missing from `sizes` (a listing of the data blobs) or
-/// shorter than its blocks need, with what is wrong with it.
+/// shorter than its blocks need, with what is wrong with it. Inline blobs are in their
+/// records, never missing.
 pub fn missing_or_short<'a>(
     blobs: impl IntoIterator<Item = &'a BlobRecord>,
     sizes: &BTreeMap<String, u64>,
 ) -> Option<(&'a str, String)> {
-    blobs.into_iter().find_map(|blob| {
-        let needed = blob
-            .blocks
-            .iter()
-            .map(|b| b.offset.saturating_add(b.length))
-            .max()
-            .unwrap_or(0);
-        match sizes.get(&blob.name) {
-            None => Some((blob.name.as_str(), "is missing".to_string())),
-            Some(&size) if size < needed => Some((
-                blob.name.as_str(),
-                format!("holds {size} bytes, its blocks end at byte {needed}"),
-            )),
-            Some(_) => None,
-        }
-    })
+    blobs
+        .into_iter()
+        .filter(|b| !b.is_inline())
+        .find_map(|blob| {
+            let needed = blob
+                .blocks
+                .iter()
+                .map(|b| b.offset.saturating_add(b.length))
+                .max()
+                .unwrap_or(0);
+            match sizes.get(&blob.name) {
+                None => Some((blob.name.as_str(), "is missing".to_string())),
+                Some(&size) if size < needed => Some((
+                    blob.name.as_str(),
+                    format!("holds {size} bytes, its blocks end at byte {needed}"),
+                )),
+                Some(_) => None,
+            }
+        })
 }
 
 /// Rewrites the manifest of a complete backup from its commit records, where the stored

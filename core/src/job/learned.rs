@@ -300,6 +300,7 @@ mod tests {
                 blocks: (0..blocks)
                     .map(|b| test_block(b, key(first + b), key(first + b), 1_000))
                     .collect(),
+                inline: None,
             }],
             ..crate::testing::empty_commit(ID, table, task)
         }

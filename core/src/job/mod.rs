@@ -41,13 +41,22 @@ impl<D: DeserializeOwned> Records<D> {
 
     /// Reads the records that appeared since the last refresh.
     pub async fn refresh(&mut self, store: &Store) -> Result<()> {
+        self.refresh_keeping(store, |_| {}).await
+    }
+
+    /// Reads the records that appeared since the last refresh, passing each new record
+    /// of a finished task through `keep` (which may trim it) before it is kept.
+    pub async fn refresh_keeping(&mut self, store: &Store, keep: impl Fn(&mut D)) -> Result<()> {
         // Side by side: the watch loop refreshes after every task's end, and the last
         // refresh stands between the last commit and the manifest.
         let (done, poisoned) = tokio::try_join!(
             store.load_new_records(&self.done_root, |k| self.done.contains_key(k)),
             store.load_new_records(&self.poison_root, |k| self.poisoned.contains_key(k)),
         )?;
-        self.done.extend(done);
+        self.done.extend(done.into_iter().map(|(k, mut d)| {
+            keep(&mut d);
+            (k, d)
+        }));
         self.poisoned.extend(poisoned);
         // A task poisoned and later finished (after a retry) is not poisoned.
         self.poisoned.retain(|k, _| !self.done.contains_key(k));
@@ -83,9 +92,13 @@ impl BackupState {
         &self.records.poisoned
     }
 
-    /// Reads the records that appeared since the last refresh.
+    /// Reads the records that appeared since the last refresh. Inline blobs' bytes are
+    /// dropped: a job's state is about ranges and counts, and a watch holds it for the
+    /// whole backup, so its memory follows blocks, not data.
     pub async fn refresh(&mut self, store: &Store) -> Result<()> {
-        self.records.refresh(store).await
+        self.records
+            .refresh_keeping(store, CommitRecord::drop_inline_bytes)
+            .await
     }
 
     /// The commit records whose ranges tile a table, in key order, if they do.

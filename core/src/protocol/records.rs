@@ -355,10 +355,12 @@ pub struct KeyMark {
     pub starts_partition: bool,
 }
 
-/// One data blob.
+/// One data blob, or (format 2) an inline blob: the stored bytes of a small range's
+/// blocks kept in the commit record itself, which then names no data blob.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BlobRecord {
-    /// Blob name.
+    /// Blob name; absent (empty) for an inline blob.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub name: String,
     /// Entities in all its blocks.
     pub entities: u64,
@@ -366,6 +368,27 @@ pub struct BlobRecord {
     pub length: u64,
     /// Its blocks, in order.
     pub blocks: Vec<BlockRecord>,
+    /// An inline blob's stored bytes, base64 (standard alphabet, padded): what a data
+    /// blob would hold. Absent for a data blob, and where a reader dropped it from a
+    /// record it keeps only for its counts ([`CommitRecord::drop_inline_bytes`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub inline: Option<String>,
+}
+
+impl BlobRecord {
+    /// Whether its bytes are in the commit record rather than in a data blob of its own.
+    pub fn is_inline(&self) -> bool {
+        self.name.is_empty()
+    }
+
+    /// How messages name it: the data blob, or the range whose record holds it.
+    pub fn label<'a>(&'a self, commit: &'a CommitRecord) -> std::borrow::Cow<'a, str> {
+        if self.is_inline() {
+            format!("the inline blob of {}/{}", commit.table, commit.task).into()
+        } else {
+            self.name.as_str().into()
+        }
+    }
 }
 
 /// `tasks/<table>/<task>.json`: what the winning attempt of a task wrote.
@@ -402,6 +425,25 @@ pub struct CommitRecord {
     /// Their commits, and those of the tasks they split off in turn, complete the task.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub split_off: Vec<PlannedTask>,
+}
+
+impl CommitRecord {
+    /// Drops the bytes of its inline blobs, for a record kept only for its ranges, counts
+    /// and block lists (a job's state, a plan): what stays in memory is then bounded by
+    /// blocks, not by data.
+    pub fn drop_inline_bytes(&mut self) {
+        for blob in &mut self.blobs {
+            blob.inline = None;
+        }
+    }
+
+    /// Names of the data blobs it references (inline blobs have none).
+    pub fn data_blob_names(&self) -> impl Iterator<Item = &str> {
+        self.blobs
+            .iter()
+            .filter(|b| !b.is_inline())
+            .map(|b| b.name.as_str())
+    }
 }
 
 /// `poison/<table>/<task>.json`: why a task was given up.

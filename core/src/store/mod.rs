@@ -26,7 +26,8 @@ pub use written::remember_from_now as remember_created_records;
 
 use crate::format::{Compression, DecodedBlock};
 use crate::protocol::{
-    BackupJob, BlockRecord, CommitRecord, JobStatus, Manifest, RestoreJob, RestoreStateRecord,
+    BackupJob, BlobRecord, BlockRecord, CommitRecord, JobStatus, Manifest, RestoreJob,
+    RestoreStateRecord,
 };
 
 /// Why something under a backup could not be read or written.
@@ -407,14 +408,19 @@ impl Store {
         })
     }
 
-    /// Fetches one block with a ranged read and decodes it, verifying checksum, size,
-    /// counts and key bounds against its record.
+    /// Fetches one block of `blob` with a ranged read (or takes it from an inline blob's
+    /// bytes) and decodes it, verifying checksum, size, counts and key bounds against its
+    /// record.
     pub async fn read_block(
         &self,
-        blob: &str,
+        blob: &BlobRecord,
         block: &BlockRecord,
         compression: Compression,
     ) -> Result<DecodedBlock> {
+        if blob.is_inline() || blob.inline.is_some() {
+            return reader::decode_inline(blob, block, compression);
+        }
+        let blob = blob.name.as_str();
         let data = match self.blobs.get_range(blob, block.offset, block.length).await {
             Ok(data) => data,
             // The blob ends before the block its record names: damaged, for good.

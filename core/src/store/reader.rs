@@ -4,13 +4,57 @@
 
 use std::cmp::Ordering;
 
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD as BASE64;
 use sha2::{Digest, Sha256};
 use tablevault_azure::table::Entity;
 
 use super::StoreError;
 use crate::format::{Compression, DecodedBlock, MAX_BLOCK_BYTES, decode_block, hex};
 use crate::keys::{EntityKey, cmp_keys};
-use crate::protocol::BlockRecord;
+use crate::protocol::{BlobRecord, BlockRecord};
+
+/// The checks of [`super::Store::read_block`] on a block of an inline blob: the record
+/// must hold bytes (and name no data blob besides), as many as it says, and the block
+/// must lie inside them.
+pub(crate) fn decode_inline(
+    blob: &BlobRecord,
+    block: &BlockRecord,
+    compression: Compression,
+) -> Result<DecodedBlock, StoreError> {
+    let corrupt = |why: String| StoreError::Corrupt(format!("an inline blob {why}"));
+    if !blob.is_inline() {
+        return Err(corrupt(format!(
+            "cannot also name a data blob ({})",
+            blob.name
+        )));
+    }
+    let Some(text) = &blob.inline else {
+        return Err(corrupt("holds no bytes".into()));
+    };
+    let bytes = BASE64
+        .decode(text)
+        .map_err(|e| corrupt(format!("is not base64: {e}")))?;
+    if bytes.len() as u64 != blob.length {
+        return Err(corrupt(format!(
+            "holds {} bytes, recorded {}",
+            bytes.len(),
+            blob.length
+        )));
+    }
+    let start = usize::try_from(block.offset).unwrap_or(usize::MAX);
+    let end = start.saturating_add(usize::try_from(block.length).unwrap_or(usize::MAX));
+    let Some(data) = bytes.get(start..end) else {
+        return Err(corrupt(format!(
+            "of {} bytes ends before block {} (bytes {} to {})",
+            bytes.len(),
+            block.id,
+            block.offset,
+            block.offset.saturating_add(block.length)
+        )));
+    };
+    decode_checked(data, "an inline blob", block, compression)
+}
 
 /// The checks of [`super::Store::read_block`] on bytes already fetched.
 pub fn decode_checked(

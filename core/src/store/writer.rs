@@ -4,18 +4,22 @@
 //! comes: a blob of one block (a small table, a short range) is then written with a
 //! single Put Blob instead of Put Block and Put Block List, one request less per task.
 //! Readers find blocks by offset and length, never by block id, so both are the same
-//! blob to them. It remembers every block's place, size, count and checksum for the
-//! commit record.
+//! blob to them. Where the job allows it ([`BlockWriter::inline_up_to`]), an attempt whose
+//! whole range is one small block writes no data blob at all: the block goes into the
+//! commit record as an inline blob, so a small table costs one Put Blob, the commit. It
+//! remembers every block's place, size, count and checksum for the commit record.
 
 use std::sync::Arc;
 
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD as BASE64;
 use tablevault_azure::Error;
 use tablevault_azure::blob::PutOptions;
 use tablevault_azure::error::TransportKind;
 use tokio::task::JoinSet;
 
 use super::{BackupPaths, BlobStorage, Store};
-use crate::format::{Compression, FORMAT_VERSION, SealedBlock};
+use crate::format::{BLOCK_VERSION, Compression, SealedBlock};
 use crate::protocol::{BlobRecord, BlockRecord};
 
 /// Uploads in flight per attempt; with the block being built and the one queued this
@@ -46,6 +50,9 @@ pub struct BlockWriter {
     offset: u64,
     inflight: JoinSet<Result<(), Error>>,
     committed: Vec<BlobRecord>,
+    /// Largest stored block that goes into the commit record when it is the attempt's
+    /// only one; `None`: never.
+    inline_max: Option<u64>,
 }
 
 impl Store {
@@ -73,6 +80,7 @@ impl Store {
             offset: 0,
             inflight: JoinSet::new(),
             committed: Vec::new(),
+            inline_max: None,
         }
     }
 }
@@ -95,8 +103,21 @@ impl BlockWriter {
         }
     }
 
+    /// Lets an attempt whose only block stores at most `max_bytes` keep it in its commit
+    /// record (an inline blob, backup format 2) instead of writing a data blob.
+    pub fn inline_up_to(mut self, max_bytes: u64) -> Self {
+        self.inline_max = Some(max_bytes);
+        self
+    }
+
     /// Uploads a block (returns once at most two uploads are in flight).
     pub async fn add(&mut self, block: SealedBlock) -> Result<(), Error> {
+        // A full blob is committed when the next block comes, not when it fills: a
+        // blob of one block is held until then, so a range that turns out to be that
+        // one block can still keep it inline.
+        if self.blocks.len() >= self.blocks_per_blob {
+            self.commit_blob().await?;
+        }
         while self.inflight.len() >= MAX_INFLIGHT {
             self.join_one().await?;
         }
@@ -111,9 +132,6 @@ impl BlockWriter {
                 self.upload(first, data);
             }
             self.upload(id, block.data);
-        }
-        if self.blocks.len() >= self.blocks_per_blob {
-            self.commit_blob().await?;
         }
         Ok(())
     }
@@ -137,7 +155,7 @@ impl BlockWriter {
         let entities: u64 = self.blocks.iter().map(|b| b.entities).sum();
         let options = PutOptions {
             metadata: vec![
-                ("tvformat".into(), FORMAT_VERSION.to_string()),
+                ("tvformat".into(), BLOCK_VERSION.to_string()),
                 (
                     "tvcompression".into(),
                     self.compression.as_str().to_string(),
@@ -160,16 +178,37 @@ impl BlockWriter {
             entities,
             length: self.offset,
             blocks: std::mem::take(&mut self.blocks),
+            inline: None,
         });
         self.blob_index += 1;
         self.offset = 0;
         Ok(())
     }
 
-    /// Commits the last partial blob and returns every blob written.
+    /// Commits the last blob and returns every blob written, or the inline blob that
+    /// holds the attempt's only block.
     pub async fn finish(mut self) -> Result<Vec<BlobRecord>, Error> {
+        if let Some(inline) = self.take_inline() {
+            return Ok(vec![inline]);
+        }
         self.commit_blob().await?;
         Ok(self.committed)
+    }
+
+    /// The attempt's only block as an inline blob, if it is small enough.
+    fn take_inline(&mut self) -> Option<BlobRecord> {
+        let small = self.inline_max.is_some_and(|max| self.offset <= max);
+        if !small || !self.committed.is_empty() || self.blocks.len() != 1 {
+            return None;
+        }
+        let (_, data) = self.held.take()?;
+        Some(BlobRecord {
+            name: String::new(),
+            entities: self.blocks[0].entities,
+            length: self.offset,
+            blocks: std::mem::take(&mut self.blocks),
+            inline: Some(BASE64.encode(&data)),
+        })
     }
 
     /// Names of the blobs committed so far (for cleanup after a failure).
@@ -193,6 +232,8 @@ mod tests {
 
     use super::*;
     use crate::format::{Packer, PackerConfig};
+    use crate::protocol::BlockRecord;
+    use crate::store::StoreError;
     use crate::testing::{MemoryBlobs, Op, Strike, busy};
 
     /// Blocks of about 64 KiB from `n` entities.
@@ -246,7 +287,7 @@ mod tests {
                 assert_eq!(record.offset, offset, "blocks lie end to end");
                 offset += record.length;
                 let decoded = store
-                    .read_block(&blob.name, record, Compression::Zstd)
+                    .read_block(blob, record, Compression::Zstd)
                     .await
                     .unwrap();
                 entities += decoded.entity_count();
@@ -262,8 +303,10 @@ mod tests {
         let store = Store::new(memory.clone());
         let input = blocks(3000);
         let mut w = writer(&store, 2);
-        w.add(input[0].clone()).await.unwrap();
-        w.add(input[1].clone()).await.unwrap();
+        // A full blob is committed when the next block comes.
+        for b in &input[..3] {
+            w.add(b.clone()).await.unwrap();
+        }
         assert_eq!(memory.names().len(), 1, "the first blob is committed");
         memory.fail(Op::PutBlock, "", Strike::Before, busy("Put Block"));
         let mut failed = false;
@@ -314,13 +357,135 @@ mod tests {
                 );
                 for record in &blob.blocks {
                     let decoded = store
-                        .read_block(&blob.name, record, Compression::Zstd)
+                        .read_block(blob, record, Compression::Zstd)
                         .await
                         .unwrap();
                     entities += decoded.entity_count();
                 }
             }
             assert_eq!(entities, 3000);
+        }
+    }
+
+    /// For any number of blocks and blocks per blob, with inlining allowed or not: a
+    /// range is inline exactly when it is one block within the limit, then writes no
+    /// blob at all; every other range writes its blobs as before; all read back whole.
+    #[tokio::test]
+    async fn only_a_range_of_one_small_block_is_inline() {
+        let all = blocks(3000);
+        let one_block = all[0].data.len() as u64;
+        for n in 0..4 {
+            for per_blob in 1..=3 {
+                for inline_max in [None, Some(one_block - 1), Some(one_block), Some(1 << 30)] {
+                    let memory = Arc::new(MemoryBlobs::new("c"));
+                    let store = Store::new(memory.clone());
+                    let mut w = writer(&store, per_blob);
+                    if let Some(max) = inline_max {
+                        w = w.inline_up_to(max);
+                    }
+                    for b in &all[..n] {
+                        w.add(b.clone()).await.unwrap();
+                    }
+                    let written = w.finish().await.unwrap();
+                    let case =
+                        format!("{n} blocks, {per_blob} per blob, inline up to {inline_max:?}");
+                    let inline = n == 1 && inline_max.is_some_and(|max| max >= one_block);
+                    assert_eq!(written.iter().any(BlobRecord::is_inline), inline, "{case}");
+                    if inline {
+                        assert_eq!(written.len(), 1, "{case}");
+                        assert!(memory.names().is_empty(), "{case}: {:?}", memory.names());
+                        assert_eq!(memory.calls(Op::PutBlob) + memory.calls(Op::PutBlock), 0);
+                        assert_eq!(written[0].length, one_block, "{case}");
+                    } else {
+                        assert!(written.iter().all(|b| b.inline.is_none()), "{case}");
+                        assert_eq!(memory.names().len(), written.len(), "{case}");
+                        assert_eq!(written.len(), n.div_ceil(per_blob), "{case}");
+                    }
+                    let mut entities = 0;
+                    for blob in &written {
+                        for record in &blob.blocks {
+                            let decoded = store
+                                .read_block(blob, record, Compression::Zstd)
+                                .await
+                                .unwrap();
+                            entities += decoded.entity_count();
+                        }
+                    }
+                    let expected: usize = all[..n].iter().map(|b| b.entities).sum();
+                    assert_eq!(entities, expected, "{case}");
+                }
+            }
+        }
+    }
+
+    /// An inline blob is read only if it is what its record says: bytes that are there,
+    /// base64, as long as recorded, holding the block where recorded, unchanged, and no
+    /// data blob named besides. Anything else is refused as corrupt, never a panic.
+    #[tokio::test]
+    async fn a_damaged_inline_blob_is_refused() {
+        let memory = Arc::new(MemoryBlobs::new("c"));
+        let store = Store::new(memory.clone());
+        let mut w = writer(&store, 20).inline_up_to(1 << 30);
+        w.add(blocks(50).remove(0)).await.unwrap();
+        let good = w.finish().await.unwrap().remove(0);
+        assert!(good.is_inline());
+        let block = good.blocks[0].clone();
+        store
+            .read_block(&good, &block, Compression::Zstd)
+            .await
+            .unwrap();
+        let bytes = BASE64.decode(good.inline.as_deref().unwrap()).unwrap();
+        let flipped = {
+            let mut b = bytes.clone();
+            b[bytes.len() / 2] ^= 1;
+            BASE64.encode(b)
+        };
+        let with = |f: &dyn Fn(&mut BlobRecord, &mut BlockRecord)| {
+            let (mut blob, mut block) = (good.clone(), block.clone());
+            f(&mut blob, &mut block);
+            (blob, block)
+        };
+        let cases: Vec<(&str, (BlobRecord, BlockRecord), &str)> = vec![
+            ("no bytes", with(&|b, _| b.inline = None), "holds no bytes"),
+            (
+                "not base64",
+                with(&|b, _| b.inline = Some("**".into())),
+                "not base64",
+            ),
+            ("shorter", with(&|b, _| b.length += 1), "recorded"),
+            (
+                "block past the end",
+                with(&|_, k| k.offset = 1),
+                "ends before block",
+            ),
+            (
+                "huge offset",
+                with(&|_, k| k.offset = u64::MAX),
+                "ends before block",
+            ),
+            (
+                "huge length",
+                with(&|_, k| k.length = u64::MAX),
+                "ends before block",
+            ),
+            (
+                "a bit flipped",
+                with(&|b, _| b.inline = Some(flipped.clone())),
+                "checksum mismatch",
+            ),
+            (
+                "a data blob too",
+                with(&|b, _| b.name = "c/x".into()),
+                "cannot also name",
+            ),
+        ];
+        for (case, (blob, block), expected) in cases {
+            let err = store
+                .read_block(&blob, &block, Compression::Zstd)
+                .await
+                .unwrap_err();
+            assert!(matches!(err, StoreError::Corrupt(_)), "{case}: {err}");
+            assert!(err.to_string().contains(expected), "{case}: {err}");
         }
     }
 
@@ -338,7 +503,7 @@ mod tests {
         bytes[i] ^= 1;
         memory.tamper(&blob.name, bytes::Bytes::from(bytes));
         let err = store
-            .read_block(&blob.name, &blob.blocks[0], Compression::Zstd)
+            .read_block(&blob, &blob.blocks[0], Compression::Zstd)
             .await
             .unwrap_err();
         assert!(err.to_string().contains("checksum mismatch"), "{err}");

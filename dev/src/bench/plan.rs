@@ -292,6 +292,7 @@ async fn write_last_backup(
                     entities: per_range,
                     length: 0,
                     blocks,
+                    inline: None,
                 }],
                 started_at: "2026-01-01T00:00:00Z".into(),
                 finished_at: "2026-01-01T00:01:00Z".into(),

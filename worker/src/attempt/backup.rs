@@ -18,7 +18,9 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tablevault_azure::table::{EntityPage, Filter, Query, TableClient};
-use tablevault_core::format::{FORMAT_VERSION, Packer, PackerConfig};
+use tablevault_core::format::{
+    FORMAT_VERSION, INLINE_MAX_BYTES, INLINE_SINCE_FORMAT, Packer, PackerConfig,
+};
 use tablevault_core::job::finalize::{RANGE_METADATA, range_metadata};
 
 use tablevault_core::keys::{EntityKey, KeyRange, filters_after};
@@ -156,6 +158,10 @@ impl BackupAttempt<'_> {
             options.compression,
             options.blocks_per_blob,
         );
+        // Only a job of format 2 or later: its readers know inline blobs.
+        if self.job.format >= INLINE_SINCE_FORMAT {
+            writer = writer.inline_up_to(INLINE_MAX_BYTES);
+        }
         let started_at = now_rfc3339();
         let scanned = match self.scan_into(&mut writer).await {
             Ok(s) => s,
@@ -177,7 +183,7 @@ impl BackupAttempt<'_> {
             }
         };
         let record = CommitRecord {
-            format: FORMAT_VERSION,
+            format: self.job.format.min(FORMAT_VERSION),
             job: self.job.backup_id.clone(),
             table: self.table.to_string(),
             task: self.task.to_string(),
@@ -563,7 +569,7 @@ impl BackupAttempt<'_> {
 }
 
 fn blob_names(record: &CommitRecord) -> Vec<String> {
-    record.blobs.iter().map(|b| b.name.clone()).collect()
+    record.data_blob_names().map(str::to_string).collect()
 }
 
 /// Commits an attempt: creates the task's commit record only if none exists. If another
@@ -646,6 +652,7 @@ mod tests {
                 entities: 7,
                 length: 4,
                 blocks: Vec::new(),
+                inline: None,
             }],
             started_at: String::new(),
             finished_at: String::new(),

@@ -148,7 +148,7 @@ impl RestoreAttempt<'_> {
         })?;
         let blocks: Vec<_> = match self.block {
             Some(i) => vec![blob.blocks.get(i).ok_or_else(|| {
-                TaskError::Permanent(format!("blob {} has no block {i}", blob.name))
+                TaskError::Permanent(format!("{} has no block {i}", blob.label(self.commit)))
             })?],
             None => blob.blocks.iter().collect(),
         };
@@ -158,7 +158,7 @@ impl RestoreAttempt<'_> {
             self.check_stop()?;
             let decoded = self
                 .store
-                .read_block(&blob.name, record, self.job.compression)
+                .read_block(blob, record, self.job.compression)
                 .await
                 .map_err(|e| match e {
                     StoreError::Storage(e) => TaskError::from(e),
@@ -169,7 +169,8 @@ impl RestoreAttempt<'_> {
             if decoded.table != self.commit.table {
                 return Err(TaskError::Permanent(format!(
                     "corrupt backup data, nothing from it was written: block of {} belongs to table {:?}",
-                    blob.name, decoded.table
+                    blob.label(self.commit),
+                    decoded.table
                 )));
             }
             if let Some(e) = decoded
@@ -181,7 +182,7 @@ impl RestoreAttempt<'_> {
                 return Err(TaskError::Permanent(format!(
                     "corrupt backup data, nothing from it was written: entity {} of {} lies outside range {}",
                     key(e),
-                    blob.name,
+                    blob.label(self.commit),
                     self.commit.range
                 )));
             }

@@ -14,7 +14,7 @@ use tablevault_azure::table::{EdmType, EdmValue, Entity, MAX_BATCH_OPERATIONS};
 
 use super::decode::{DecodedBlock, MAX_PROPERTIES, parse_value};
 use super::{BLOCK_NS, ODATA_METADATA_NS};
-use crate::format::FORMAT_VERSION;
+use crate::format::BLOCK_VERSION;
 use crate::format::escape::from_base64;
 
 /// The block, if it is laid out as tablevault writes it and valid; otherwise `None`.
@@ -25,7 +25,7 @@ pub(crate) fn decode(text: &str) -> Option<DecodedBlock> {
     r.eat("\" xmlns:m=\"")?;
     r.eat(ODATA_METADATA_NS)?;
     r.eat("\" version=\"")?;
-    r.eat(&FORMAT_VERSION.to_string())?;
+    r.eat(&BLOCK_VERSION.to_string())?;
     r.eat("\" table=\"")?;
     let table = r.attr_value()?.into_owned();
     r.eat(">\n")?;

@@ -11,7 +11,7 @@ use quick_xml::events::{BytesStart, Event};
 use tablevault_azure::table::{EdmType, EdmValue, Entity, MAX_BATCH_OPERATIONS, parse_double};
 
 use crate::format::escape::from_base64;
-use crate::format::{FORMAT_VERSION, FormatError};
+use crate::format::{BLOCK_VERSION, FormatError};
 
 /// The service allows 255 properties including the three system ones.
 pub(super) const MAX_PROPERTIES: usize = 255;
@@ -79,7 +79,7 @@ pub(crate) fn decode_xml(text: &str) -> Result<DecodedBlock, FormatError> {
             Event::Start(e) if e.name().as_ref() == b"Block" && block.is_none() && !finished => {
                 let version =
                     attr(&e, b"version")?.ok_or_else(|| corrupt("Block has no version"))?;
-                if version != FORMAT_VERSION.to_string() {
+                if version != BLOCK_VERSION.to_string() {
                     return Err(FormatError::UnsupportedVersion(version));
                 }
                 let table = attr(&e, b"table")?.ok_or_else(|| corrupt("Block has no table"))?;

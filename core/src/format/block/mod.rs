@@ -18,7 +18,7 @@
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD as BASE64;
 
-use super::FORMAT_VERSION;
+use super::BLOCK_VERSION;
 use super::escape::{push_attr, push_attr_unchecked, push_base64, push_text};
 use tablevault_azure::table::{EdmValue, Entity, write_double, write_int};
 
@@ -31,7 +31,7 @@ pub(crate) fn write_header(out: &mut String, table: &str) {
     out.push_str(BLOCK_NS);
     out.push_str("\" xmlns:m=\"");
     out.push_str(ODATA_METADATA_NS);
-    out.push_str(&format!("\" version=\"{FORMAT_VERSION}\" table=\""));
+    out.push_str(&format!("\" version=\"{BLOCK_VERSION}\" table=\""));
     push_attr_unchecked(out, table);
     out.push_str("\">\n");
 }
