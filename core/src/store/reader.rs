@@ -193,4 +193,52 @@ mod tests {
             assert!(err.to_string().contains("out of order"), "{err}");
         }
     }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(1000))]
+
+        /// Whatever a commit record's inline blob holds (other text, a changed byte, the
+        /// block placed or sized otherwise, a data blob named besides), it is read as
+        /// the block that was written or refused as corrupt, never anything else and
+        /// never a panic.
+        #[test]
+        fn any_inline_blob_is_read_exactly_or_refused(
+            text in proptest::option::of("[A-Za-z0-9+/=*]{0,48}"),
+            changed in proptest::option::of((proptest::prelude::any::<proptest::sample::Index>(), 1..=255u8)),
+            length in proptest::option::of(0..=u64::MAX),
+            offset in proptest::option::of(proptest::prop_oneof![0..64u64, proptest::prelude::Just(u64::MAX)]),
+            block_length in proptest::option::of(proptest::prop_oneof![0..4096u64, proptest::prelude::Just(u64::MAX)]),
+            named in proptest::prelude::any::<bool>(),
+        ) {
+            let (data, block) = stored(&[vec![e("a", "1"), e("a", "2")], vec![e("b", "")]]);
+            let mut bytes = data.clone();
+            if let Some((at, xor)) = changed {
+                let i = at.index(bytes.len());
+                bytes[i] ^= xor;
+            }
+            let mut blob = BlobRecord {
+                name: if named { "c/data".into() } else { String::new() },
+                entities: 3,
+                length: length.unwrap_or(bytes.len() as u64),
+                blocks: Vec::new(),
+                inline: Some(text.unwrap_or_else(|| BASE64.encode(&bytes))),
+            };
+            let mut block = block;
+            block.offset = offset.unwrap_or(0);
+            block.length = block_length.unwrap_or(block.length);
+            blob.blocks.push(block.clone());
+            match decode_inline(&blob, &block, Compression::Zstd) {
+                Ok(decoded) => {
+                    let keys: Vec<EntityKey> = decoded.batches.iter().flatten().map(|e| EntityKey::new(&e.partition_key, &e.row_key)).collect();
+                    proptest::prop_assert_eq!(
+                        keys,
+                        vec![EntityKey::new("a", "1"), EntityKey::new("a", "2"), EntityKey::new("b", "")]
+                    );
+                    proptest::prop_assert!(!named);
+                }
+                Err(StoreError::Corrupt(_)) => {}
+                Err(other) => proptest::prop_assert!(false, "not corrupt: {other}"),
+            }
+        }
+    }
 }
