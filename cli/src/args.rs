@@ -8,7 +8,7 @@ use tablevault_azure::config::AccountSetting;
 use tablevault_azure::{ClientOptions, StorageAccount};
 use tablevault_coordinator::Location;
 use tablevault_coordinator::retention::{Count, Span};
-use tablevault_core::format::{Compression, DEFAULT_BLOCK_BYTES, FORMAT_VERSION};
+use tablevault_core::format::{Compression, DEFAULT_BLOCK_BYTES, DEFAULT_FORMAT, FORMAT_VERSION};
 use tablevault_core::protocol::{DEFAULT_CONTAINER, DEFAULT_QUEUE, RestoreMode};
 use tablevault_worker::auth::AuthArgs;
 use tablevault_worker::lease::{MAX_VISIBILITY_SECONDS, MIN_VISIBILITY_SECONDS};
@@ -264,10 +264,12 @@ pub struct BackupArgs {
     /// Deliveries of a task before it is poisoned.
     #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..=100))]
     pub max_attempts: u64,
-    /// Backup format version to write. 2 (the default) keeps a small range's data in its
-    /// commit record, one write per small table; 1 writes every range to data blobs, for
-    /// a backup that tablevault versions reading only format 1 must restore.
-    #[arg(long, default_value_t = FORMAT_VERSION, value_parser = clap::value_parser!(u32).range(1..=FORMAT_VERSION as i64))]
+    /// Backup format version to write. 1 (the default) writes every range to data blobs,
+    /// readable by every tablevault version; 2 keeps a range that is one small block
+    /// (a small table) in its commit record, one write instead of two per small table,
+    /// which halves the blob writes of an account of many small tables, and needs a
+    /// tablevault that reads format 2 to restore.
+    #[arg(long, default_value_t = DEFAULT_FORMAT, value_parser = clap::value_parser!(u32).range(1..=FORMAT_VERSION as i64))]
     pub format: u32,
     /// Most entities per second all workers together read from the source account, to
     /// leave room for the application using it (Azure serves about 20,000 per account).

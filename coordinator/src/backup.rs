@@ -10,7 +10,7 @@ use futures::StreamExt;
 use tablevault_azure::StorageAccount;
 use tablevault_azure::table::TableClient;
 use tablevault_core::format::{
-    Compression, DEFAULT_BATCH_BYTES, DEFAULT_BLOCK_BYTES, FORMAT_VERSION, READABLE_FORMATS,
+    Compression, DEFAULT_BATCH_BYTES, DEFAULT_BLOCK_BYTES, DEFAULT_FORMAT, READABLE_FORMATS,
 };
 use tablevault_core::keys::KeyRange;
 use tablevault_core::protocol::{
@@ -74,9 +74,9 @@ pub struct BackupRequest {
     pub max_attempts: u64,
     /// Most entities per second the whole fleet reads (`None`: the account's target).
     pub max_rate: Option<u32>,
-    /// Backup format version to write (`--format`): the latest by default; 1 for a
-    /// backup that tablevault versions reading only format 1 can restore (no inline
-    /// blobs, docs/FORMAT.md).
+    /// Backup format version to write (`--format`): 1 by default, every range in data
+    /// blobs, readable by every tablevault; 2 keeps a range that is one small block in
+    /// its commit record (an inline blob, docs/FORMAT.md), one write per small table.
     pub format: u32,
 }
 
@@ -96,7 +96,7 @@ impl BackupRequest {
             block_bytes: DEFAULT_BLOCK_BYTES,
             max_attempts: 5,
             max_rate: None,
-            format: FORMAT_VERSION,
+            format: DEFAULT_FORMAT,
         }
     }
 }

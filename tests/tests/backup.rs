@@ -1440,8 +1440,8 @@ async fn status_wait_rebuilds_an_unreadable_manifest_from_the_commit_records() {
     } = numbered("rebuild", 4, 150).await;
     let mut req = backup_of(&env.account, &table);
     req.split_keys = vec!["p001".into(), "p002".into(), "p003".into()];
-    // Format 1: every range in data blobs (a small range is otherwise inline in its
-    // commit record).
+    // Every range in data blobs (format 2 would keep ranges this small in their commit
+    // records).
     req.format = 1;
     let report = run_backup(&req, &t, &watch_opts(2, &env.account))
         .await

@@ -999,11 +999,11 @@ async fn a_restore_that_meets_its_backup_being_deleted_says_so() {
     assert_eq!(error_code(&err), ExitCode::Usage);
 }
 
-/// Format 2 keeps a small range's one block in its commit record: a backup of small
-/// tables writes their commit records and no data blob, and restores and verifies
-/// exactly. The same tables backed up in format 1 (`--format 1`, for older readers)
-/// have every range in data blobs and restore the same. Either way every data blob the
-/// records name is there and nothing else is.
+/// Format 2 (`--format 2`) keeps a small range's one block in its commit record: a
+/// backup of small tables writes their commit records and no data blob, and restores
+/// and verifies exactly. The same tables backed up in format 1 (the default) have every
+/// range in data blobs and restore the same. Either way every data blob the records
+/// name is there and nothing else is.
 #[tokio::test]
 async fn small_ranges_are_inline_in_format_2_and_both_formats_restore_exactly() {
     let env = TestEnv::start().await;
@@ -1018,6 +1018,11 @@ async fn small_ranges_are_inline_in_format_2_and_both_formats_restore_exactly() 
             .unwrap_err();
         assert!(refused.to_string().contains("--format"), "{refused}");
     }
+    assert_eq!(
+        tablevault_coordinator::backup::BackupRequest::new(env.account.clone()).format,
+        1,
+        "format 1 unless asked"
+    );
     for format in [1, 2] {
         let t = target(&env.account);
         let mut req = tablevault_coordinator::backup::BackupRequest::new(env.account.clone());
@@ -1093,13 +1098,11 @@ async fn a_damaged_inline_blob_is_found_by_verify_and_never_restored() {
         source: _,
         t,
     } = numbered("dmginl", 1, 5).await;
-    let backup = run_backup(
-        &backup_of(&env.account, &table),
-        &t,
-        &watch_opts(1, &env.account),
-    )
-    .await
-    .unwrap();
+    let mut req = backup_of(&env.account, &table);
+    req.format = 2;
+    let backup = run_backup(&req, &t, &watch_opts(1, &env.account))
+        .await
+        .unwrap();
     let blobs = store(&t);
     let manifest = load_manifest(&blobs, &backup.backup_id)
         .await

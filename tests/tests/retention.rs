@@ -245,7 +245,8 @@ async fn an_interrupted_deletion_shows_and_is_finished_by_the_next_prune() {
         let mut req = backup_of(&s.env.account, &s.table);
         req.split_keys = vec!["p000".into()];
         req.dynamic_split = false;
-        // Data blobs to lose (format 2 keeps ranges this small in their commit records).
+        // Data blobs to lose (format 2 would keep ranges this small in their commit
+        // records).
         req.format = 1;
         let report = run_backup(&req, &s.t, &watch_opts(1, &s.env.account))
             .await

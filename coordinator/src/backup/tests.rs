@@ -35,7 +35,7 @@ pub(crate) async fn fakes() -> Fakes {
     };
     let job = BackupJob {
         protocol: PROTOCOL_VERSION,
-        format: FORMAT_VERSION,
+        format: tablevault_core::format::FORMAT_VERSION,
         backup_id: new_backup_id(),
         created_at: now_rfc3339(),
         source: AccountRef::of(&location.account).unwrap(),

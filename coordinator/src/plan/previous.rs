@@ -152,7 +152,12 @@ pub async fn ranges_from_previous(
         .iter()
         .map(|r| {
             let path = r.commit.clone();
-            async move { store.commit_record(&path).await }
+            // Only its blocks are needed, not an inline blob's data.
+            async move {
+                let mut record = store.commit_record(&path).await?;
+                record.drop_inline_bytes();
+                Ok::<_, tablevault_core::store::StoreError>(record)
+            }
         })
         .collect();
     let records: Vec<_> = futures::stream::iter(reads)

@@ -173,7 +173,12 @@ async fn all_tasks(
                 Error::invalid(format!("table {source} is not in backup {backup_id}"))
             })?;
         let commits: Vec<Result<CommitRecord>> = futures::stream::iter(&mt.ranges)
-            .map(|r| async move { Ok(store.commit_record(&r.commit).await?) })
+            // Tasks name blocks; each reads its own data (inline ones from the record).
+            .map(|r| async move {
+                let mut record = store.commit_record(&r.commit).await?;
+                record.drop_inline_bytes();
+                Ok(record)
+            })
             .buffered(16)
             .collect()
             .await;

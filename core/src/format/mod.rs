@@ -21,6 +21,11 @@ pub use packer::{
 /// (an inline blob) instead of naming a data blob.
 pub const FORMAT_VERSION: u32 = 2;
 
+/// The backup format version a backup is written in unless asked for another
+/// (`tablevault backup --format`): 1, every range in data blobs, as DESIGN's format has
+/// it and every tablevault reads. Format 2 (inline blobs) is asked for.
+pub const DEFAULT_FORMAT: u32 = 1;
+
 /// The backup format versions this build reads. A backup of version 1 has no inline
 /// blobs; it reads the same.
 pub const READABLE_FORMATS: std::ops::RangeInclusive<u32> = 1..=FORMAT_VERSION;

@@ -40,6 +40,8 @@ pub struct ShapeOptions {
     /// A network round trip the scan, the SDK export and the backups pay on every
     /// request, through a [`crate::delay::DelayLine`] (loading goes direct); zero for none.
     pub round_trip: std::time::Duration,
+    /// Backup format version to write (`--format`); the product's default when `None`.
+    pub format: Option<u32>,
     /// Print JSON.
     pub json: bool,
 }
@@ -391,6 +393,10 @@ async fn backup(
     ];
     if old {
         args.extend(["--ranges", "8", "--no-split"]);
+    }
+    let format = opts.format.map(|f| f.to_string());
+    if let Some(f) = &format {
+        args.extend(["--format", f.as_str()]);
     }
     let cpu_before = tv.azurite.cpu_seconds();
     let (report, requests) = tv.run_counted(&args).await?;

@@ -178,6 +178,11 @@ struct Shapes {
     /// region pays a few milliseconds per request, one in another region tens.
     #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=10_000))]
     round_trip_ms: u64,
+    /// Backup format version the backups are written in (`tablevault backup --format`);
+    /// the product's default when absent. 2 keeps small ranges inline in their commit
+    /// records.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=2))]
+    format: Option<u32>,
     /// Print JSON.
     #[arg(long)]
     json: bool,
@@ -228,6 +233,7 @@ async fn main() -> std::process::ExitCode {
                     sdk_python: s.sdk_python,
                     runs: s.runs as usize,
                     round_trip: std::time::Duration::from_millis(s.round_trip_ms),
+                    format: s.format,
                     json: s.json,
                 })
                 .await
