@@ -35,6 +35,7 @@ fn help_explains_commands_and_exit_codes() {
     );
     let t = text(&o);
     assert!(t.contains("--split-keys") && t.contains("--workers") && t.contains("--compression"));
+    assert!(t.contains("--format") && t.contains("commit record"), "{t}");
     assert!(
         !t.contains("c2VjcmV0"),
         "--help never shows environment values"
@@ -64,6 +65,12 @@ fn configuration_errors_exit_2_and_never_echo_the_key() {
 
     let o = tablevault(&["backup", "--compression", "lz4"], &[]);
     assert_eq!(o.status.code(), Some(2));
+    // Backup format versions this build writes: 1 and 2.
+    for format in ["0", "3"] {
+        let o = tablevault(&["backup", "--format", format], &[]);
+        assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+        assert!(text(&o).contains("1..=2"), "{}", text(&o));
+    }
     // The same bounds as the worker daemon's (`the_visibility_timeout_has_the_coordinators_bounds`).
     let o = tablevault(&["backup", "--visibility-timeout", "4"], &[]);
     assert_eq!(o.status.code(), Some(2));
