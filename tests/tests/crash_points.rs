@@ -251,6 +251,17 @@ async fn a_worker_killed_at_any_step_loses_nothing() {
 /// complete and exact with nothing left on the queue.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_worker_killed_at_any_step_of_a_group_of_tables_loses_nothing() {
+    a_worker_killed_at_any_step_of_a_group(1).await;
+}
+
+/// The same in backup format 2, where each small table's commit record carries its
+/// data: its create is the table's only write.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_killed_at_any_step_of_a_group_of_inline_tables_loses_nothing() {
+    a_worker_killed_at_any_step_of_a_group(2).await;
+}
+
+async fn a_worker_killed_at_any_step_of_a_group(format: u32) {
     use tablevault_core::protocol::{TaskMessage, WholeTable};
     use tablevault_core::store::BackupPaths;
     let env = TestEnv::start().await;
@@ -264,6 +275,7 @@ async fn a_worker_killed_at_any_step_of_a_group_of_tables_loses_nothing() {
     }
     let mut req = tablevault_coordinator::backup::BackupRequest::new(env.account.clone());
     req.tables = Some(sources.iter().map(|(t, _)| t.clone()).collect());
+    req.format = format;
 
     let run = |at: usize| {
         let (env, req) = (&env, &req);

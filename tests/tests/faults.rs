@@ -184,9 +184,10 @@ async fn assert_queue_drains(t: &Location, account: &StorageAccount, env: &TestE
 }
 
 /// A backup of many small tables (sent a few to a message), one of them large enough to
-/// hand the rest of its group on, with every request through proxies injecting `rate`
+/// hand the rest of its group on, in backup format `format` (2: each small table's data
+/// inline in its commit record), with every request through proxies injecting `rate`
 /// faults: every table is backed up exactly and the queue ends empty.
-async fn many_small_tables_under_faults(rate: f64, seed: u64) -> String {
+async fn many_small_tables_under_faults(rate: f64, seed: u64, format: u32) -> String {
     let env = TestEnv::start().await;
     let direct = TableClient::new(&env.account).unwrap();
     let prefix = unique_table("fltg");
@@ -196,13 +197,11 @@ async fn many_small_tables_under_faults(rate: f64, seed: u64) -> String {
     let account = StorageAccount::from_connection_string(&conn).unwrap();
     let t = patient_location(&account);
     let started = Instant::now();
-    let backup = run_backup(
-        &BackupRequest::new(account.clone()),
-        &t,
-        &watch_opts(3, &account),
-    )
-    .await
-    .unwrap_or_else(|e| panic!("backup under {rate} faults, seed {seed}: {e}"));
+    let mut req = BackupRequest::new(account.clone());
+    req.format = format;
+    let backup = run_backup(&req, &t, &watch_opts(3, &account))
+        .await
+        .unwrap_or_else(|e| panic!("backup under {rate} faults, seed {seed}: {e}"));
     assert_eq!(backup.status, "complete", "{backup:?}");
     let seconds = started.elapsed().as_secs_f64();
     let injected = sum(&proxies);
@@ -223,7 +222,7 @@ async fn many_small_tables_under_faults(rate: f64, seed: u64) -> String {
     assert_verified(&t, &backup.backup_id, &env).await;
     assert_queue_drains(&t, &account, &env).await;
     format!(
-        "rate {:>4.0}% seed {seed}: {} tables backed up exactly in {seconds:.1} s; \
+        "rate {:>4.0}% seed {seed}: {} tables backed up exactly (format {format}) in {seconds:.1} s; \
          {} requests, injected {} busy, {} 500-after-apply, {} reset-before, {} reset-after",
         rate * 100.0,
         loaded.len(),
@@ -237,7 +236,14 @@ async fn many_small_tables_under_faults(rate: f64, seed: u64) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn many_small_tables_are_exact_at_15_percent_faults() {
-    println!("{}", many_small_tables_under_faults(0.15, 11).await);
+    println!("{}", many_small_tables_under_faults(0.15, 11, 1).await);
+}
+
+/// The same in format 2: each small table's commit, which now carries its data, is the
+/// one write that faults can make uncertain.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_small_tables_in_format_2_are_exact_at_15_percent_faults() {
+    println!("{}", many_small_tables_under_faults(0.15, 12, 2).await);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -262,8 +268,10 @@ async fn fault_soak() {
         for &seed in &seeds {
             lines.push(backup_and_restore_under_faults(rate, seed, 40, 500).await);
             println!("{}", lines.last().unwrap());
-            lines.push(many_small_tables_under_faults(rate, seed).await);
-            println!("{}", lines.last().unwrap());
+            for format in [1, 2] {
+                lines.push(many_small_tables_under_faults(rate, seed, format).await);
+                println!("{}", lines.last().unwrap());
+            }
         }
     }
     println!("{}", lines.join("\n"));
