@@ -198,8 +198,15 @@ pub fn print_backup(r: &BackupReport) {
         JobStatus::Interrupted => "interrupted",
         JobStatus::InProgress => "in progress",
     };
+    // Only a format other than the default is news (a restore needs a tablevault that
+    // reads it).
+    let format = if r.format == tablevault_core::format::DEFAULT_FORMAT {
+        String::new()
+    } else {
+        format!(" (format {})", r.format)
+    };
     println!(
-        "backup {} {verb}: {} table(s), {} entities, {} stored ({} raw), {}/{} tasks",
+        "backup {}{format} {verb}: {} table(s), {} entities, {} stored ({} raw), {}/{} tasks",
         r.backup_id,
         r.tables.len(),
         r.entities,
@@ -573,6 +580,7 @@ mod tests {
             backup_id: "b".into(),
             status: JobStatus::Incomplete,
             container: "c".into(),
+            format: 1,
             tables: vec![table("Orders"), table("Temp1"), table("Users")],
             entities: 9,
             raw_bytes: 0,

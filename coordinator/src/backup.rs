@@ -647,6 +647,7 @@ pub fn report_from_state(state: &JobState, location: &Location, status: JobStatu
         backup_id: state.job.backup_id.clone(),
         status,
         container: location.container.clone(),
+        format: state.job.format,
         entities: tables.iter().map(|t| t.entities).sum(),
         raw_bytes: tables.iter().map(|t| t.raw_bytes).sum(),
         stored_bytes: tables.iter().map(|t| t.stored_bytes).sum(),

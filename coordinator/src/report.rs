@@ -59,6 +59,9 @@ pub struct BackupReport {
     pub status: JobStatus,
     /// Container holding it.
     pub container: String,
+    /// Backup format version it is written in (docs/FORMAT.md): 1, or 2 where asked
+    /// for (`--format 2`), which only a tablevault that reads format 2 can restore.
+    pub format: u32,
     /// Per table.
     pub tables: Vec<TableReport>,
     /// Entities in all tables (committed tasks only while in progress).
@@ -250,6 +253,7 @@ mod tests {
             backup_id: "b".into(),
             status: JobStatus::Complete,
             container: "c".into(),
+            format: 1,
             tables: Vec::new(),
             entities: 0,
             raw_bytes: 0,

@@ -1033,6 +1033,7 @@ async fn small_ranges_are_inline_in_format_2_and_both_formats_restore_exactly() 
             .await
             .unwrap();
         assert_eq!(backup.status, "complete");
+        assert_eq!(backup.format, format, "the report says which");
         let blobs = store(&t);
         let manifest = load_manifest(&blobs, &backup.backup_id)
             .await
