@@ -294,6 +294,9 @@ pub async fn verify_with_progress(
             let mut range_entities = 0u64;
             for blob in &commit.blobs {
                 let label = blob.label(&commit);
+                if let Some(problem) = blob.shape_problem(commit.format) {
+                    problems.push(format!("{source}/{}: {label} {problem}", range.task));
+                }
                 // An inline blob is in the record just read: there is no data blob to look at.
                 if !blob.is_inline() {
                     match store.blobs().properties(&blob.name).await? {

@@ -1166,3 +1166,99 @@ async fn a_damaged_inline_blob_is_found_by_verify_and_never_restored() {
         "nothing of it written"
     );
 }
+
+/// A commit record whose blob entry is malformed (an inline blob whose bytes are gone or
+/// fewer than recorded, an inline blob in a record of format 1, an entry with neither a
+/// data blob's name nor bytes) is refused before any table is created or written: a
+/// restore that found it only in the task wrote the other ranges first.
+#[tokio::test]
+async fn a_commit_record_with_a_malformed_blob_entry_is_refused_before_anything_is_written() {
+    use base64::Engine;
+    let b64 = base64::engine::general_purpose::STANDARD;
+    let Setup {
+        env,
+        client,
+        table,
+        source: _,
+        t,
+    } = numbered("shape", 2, 50).await;
+    let raw = blob_client(&t);
+    for damage in [
+        "inline bytes gone",
+        "inline bytes short",
+        "inline in format 1",
+        "name emptied",
+    ] {
+        let mut req = backup_of(&env.account, &table);
+        req.compression = Compression::Zstd;
+        req.format = if damage.starts_with("inline bytes") {
+            2
+        } else {
+            1
+        };
+        let backup = run_backup(&req, &t, &watch_opts(1, &env.account))
+            .await
+            .unwrap();
+        let blobs = store(&t);
+        let manifest = load_manifest(&blobs, &backup.backup_id)
+            .await
+            .unwrap()
+            .unwrap();
+        let path = &manifest.tables[0].ranges[0].commit;
+        let mut commit = blobs.commit_record(path).await.unwrap();
+        let blob = &mut commit.blobs[0];
+        assert_eq!(blob.is_inline(), req.format == 2, "{damage}");
+        match damage {
+            "inline bytes gone" => blob.inline = None,
+            "inline bytes short" => {
+                let mut bytes = b64.decode(blob.inline.as_deref().unwrap()).unwrap();
+                bytes.pop();
+                blob.inline = Some(b64.encode(&bytes));
+            }
+            "inline in format 1" => {
+                let bytes = raw.get(&blob.name).await.unwrap();
+                blob.name = String::new();
+                blob.inline = Some(b64.encode(&bytes));
+            }
+            _ => blob.name = String::new(),
+        }
+        raw.put_blob(
+            path,
+            Bytes::from(serde_json::to_vec(&commit).unwrap()),
+            &PutOptions::default(),
+        )
+        .await
+        .unwrap();
+
+        let request = VerifyRequest {
+            backup_id: backup.backup_id.clone(),
+            tables: None,
+            renames: vec![],
+            against: None,
+        };
+        let checked = verify(&t, &request).await.unwrap();
+        assert_ne!(checked.status, "ok", "{damage}");
+        assert!(
+            checked.problems.iter().any(|p| p.contains(&commit.task)),
+            "{damage}: {:?}",
+            checked.problems
+        );
+
+        let dst = unique_table("shapedst");
+        let mut r = RestoreRequest::new(&backup.backup_id, env.account.clone());
+        r.renames = vec![(table.clone(), dst.clone())];
+        let err = run_restore(&r, &t, &watch_opts(1, &env.account))
+            .await
+            .expect_err("a malformed record is refused");
+        assert!(
+            err.to_string().contains("nothing was written")
+                && err.to_string().contains(&commit.task),
+            "{damage}: {err}"
+        );
+        assert_eq!(error_code(&err), ExitCode::Mismatch, "{damage}: {err}");
+        assert!(
+            !client.table_exists(&dst).await.unwrap(),
+            "{damage}: no table was created"
+        );
+    }
+}

@@ -173,17 +173,15 @@ async fn all_tasks(
                 Error::invalid(format!("table {source} is not in backup {backup_id}"))
             })?;
         let commits: Vec<Result<CommitRecord>> = futures::stream::iter(&mt.ranges)
-            // Tasks name blocks; each reads its own data (inline ones from the record).
-            .map(|r| async move {
-                let mut record = store.commit_record(&r.commit).await?;
-                record.drop_inline_bytes();
-                Ok(record)
-            })
+            .map(|r| async move { Ok(store.commit_record(&r.commit).await?) })
             .buffered(16)
             .collect()
             .await;
-        let commits = commits.into_iter().collect::<Result<Vec<_>>>()?;
+        let mut commits = commits.into_iter().collect::<Result<Vec<_>>>()?;
         check_counts(backup_id, mt, &commits)?;
+        // Tasks name blocks, and each reads its own data (inline ones from the record
+        // again): what is kept per table is its block lists, not its data.
+        commits.iter_mut().for_each(CommitRecord::drop_inline_bytes);
         let data = format!("{}{source}/", BackupPaths::new(backup_id).data_root());
         check_blobs(backup_id, mt, &commits, &store.blob_sizes(&data).await?)?;
         for c in &commits {
@@ -221,6 +219,9 @@ fn check_counts(backup_id: &str, table: &ManifestTable, commits: &[CommitRecord]
     for c in commits {
         let mut in_blobs = 0u64;
         for blob in &c.blobs {
+            if let Some(problem) = blob.shape_problem(c.format) {
+                return corrupt(format!("{} {problem}", blob.label(c)));
+            }
             let in_blocks = blob
                 .blocks
                 .iter()

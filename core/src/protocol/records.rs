@@ -381,6 +381,32 @@ impl BlobRecord {
         self.name.is_empty()
     }
 
+    /// What is wrong with its shape in a commit record of backup format `format`, if
+    /// anything: a blob is a data blob (a name) or, from format 2 on, an inline blob
+    /// (bytes, exactly `length` of them), never both or neither. Its blocks' own checks
+    /// come when they are read; this one needs no request, so a restore can refuse a
+    /// damaged record before it writes anything.
+    pub fn shape_problem(&self, format: u32) -> Option<String> {
+        use base64::Engine;
+        match (&self.inline, self.is_inline()) {
+            (None, true) => Some("has neither a data blob's name nor inline bytes".into()),
+            (Some(_), false) => Some("names a data blob and holds inline bytes too".into()),
+            (None, false) => None,
+            (Some(_), true) if format < crate::format::INLINE_SINCE_FORMAT => Some(format!(
+                "is inline in a record of format {format}, which has none"
+            )),
+            (Some(text), true) => match base64::engine::general_purpose::STANDARD.decode(text) {
+                Err(e) => Some(format!("holds inline bytes that are not base64: {e}")),
+                Ok(bytes) if bytes.len() as u64 != self.length => Some(format!(
+                    "holds {} inline bytes, recorded {}",
+                    bytes.len(),
+                    self.length
+                )),
+                Ok(_) => None,
+            },
+        }
+    }
+
     /// How messages name it: the data blob, or the range whose record holds it.
     pub fn label<'a>(&'a self, commit: &'a CommitRecord) -> std::borrow::Cow<'a, str> {
         if self.is_inline() {
@@ -587,6 +613,48 @@ mod tests {
         "options": { "compression": "zstd", "blocks_per_blob": 20, "block_bytes": 3984588,
                      "batch_bytes": 3500000, "max_attempts": 5, "queue": "q" },
         "tables": [], "tool_version": "0.1.0" }"#;
+
+    /// A blob entry is a data blob or (format 2) an inline blob of exactly its length,
+    /// and a data blob's entry reads and writes as format 1 wrote it: no `inline`.
+    #[test]
+    fn a_blob_entry_is_a_data_blob_or_an_inline_blob_of_its_length() {
+        let v1 = r#"{"name": "j/data/T/r0000/a/00000", "entities": 3, "length": 4, "blocks": []}"#;
+        let data: BlobRecord = serde_json::from_str(v1).unwrap();
+        assert!(!data.is_inline());
+        assert_eq!(data.shape_problem(1), None);
+        assert!(!serde_json::to_string(&data).unwrap().contains("inline"));
+        let inline = BlobRecord {
+            name: String::new(),
+            inline: Some("AAECAw==".into()),
+            ..data.clone()
+        };
+        assert!(inline.is_inline());
+        assert!(!serde_json::to_string(&inline).unwrap().contains("\"name\""));
+        assert_eq!(inline.shape_problem(2), None);
+        let problem = |b: &BlobRecord, format| b.shape_problem(format).unwrap_or_default();
+        assert!(problem(&inline, 1).contains("format 1"));
+        let both = BlobRecord {
+            name: "x".into(),
+            ..inline.clone()
+        };
+        assert!(problem(&both, 2).contains("too"));
+        let neither = BlobRecord {
+            inline: None,
+            ..inline.clone()
+        };
+        assert!(problem(&neither, 2).contains("neither"));
+        for (text, expected) in [("AAEC", "3 inline bytes"), ("**", "not base64")] {
+            let b = BlobRecord {
+                inline: Some(text.into()),
+                ..inline.clone()
+            };
+            assert!(
+                problem(&b, 2).contains(expected),
+                "{text}: {}",
+                problem(&b, 2)
+            );
+        }
+    }
 
     #[test]
     fn a_rate_cap_is_optional_and_written_only_when_set() {
