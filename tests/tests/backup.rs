@@ -1517,6 +1517,59 @@ async fn status_wait_rebuilds_an_unreadable_manifest_from_the_commit_records() {
     assert!(load_manifest(&blobs, &id).await.is_err(), "left as it was");
 }
 
+/// The same rebuild for a backup in format 2, whose small ranges have no data blob to
+/// look for: `status --wait` rebuilds its unreadable manifest from the commit records,
+/// and the backup reads back exactly.
+#[tokio::test]
+async fn status_wait_rebuilds_the_manifest_of_a_backup_with_inline_ranges() {
+    let Setup {
+        env,
+        client,
+        table,
+        source: _,
+        t,
+    } = numbered("rebuild2", 2, 40).await;
+    let mut req = backup_of(&env.account, &table);
+    req.split_keys = vec!["p001".into()];
+    req.compression = Compression::Zstd;
+    req.format = 2;
+    let report = run_backup(&req, &t, &watch_opts(2, &env.account))
+        .await
+        .unwrap();
+    let id = report.backup_id;
+    let blobs = store(&t);
+    let before = load_manifest(&blobs, &id).await.unwrap().unwrap();
+    for r in &before.tables[0].ranges {
+        let commit = blobs.commit_record(&r.commit).await.unwrap();
+        assert!(
+            commit.blobs.iter().all(|b| b.is_inline()),
+            "small ranges are inline"
+        );
+    }
+    blob_client(&t)
+        .put_blob(
+            &BackupPaths::new(&id).manifest(),
+            bytes::Bytes::from_static(br#"{"format": 2, "backup_"#),
+            &Default::default(),
+        )
+        .await
+        .unwrap();
+    let wait = StatusOptions {
+        wait: true,
+        retry_poisoned: false,
+    };
+    let report = status(&t, &id, wait, &watch_opts(0, &env.account))
+        .await
+        .unwrap();
+    assert_eq!(report.status.as_str(), "complete");
+    let rebuilt = load_manifest(&blobs, &id).await.unwrap().unwrap();
+    assert_eq!((rebuilt.format, &rebuilt.tables), (2, &before.tables));
+    assert_eq!(
+        read_backup(&blobs, &rebuilt, &table).await,
+        scan_all(&client, &table).await
+    );
+}
+
 /// Regression: a backup that a prune removed while it ran (its clock ahead judged it
 /// abandoned) was finalized by its own coordinator from the state it held: it reported
 /// `complete`, exit 0, and left a manifest over data blobs the deletion had taken. A
