@@ -381,30 +381,44 @@ impl BlobRecord {
         self.name.is_empty()
     }
 
-    /// What is wrong with its shape in a commit record of backup format `format`, if
-    /// anything: a blob is a data blob (a name) or, from format 2 on, an inline blob
-    /// (bytes, exactly `length` of them), never both or neither. Its blocks' own checks
-    /// come when they are read; this one needs no request, so a restore can refuse a
-    /// damaged record before it writes anything.
-    pub fn shape_problem(&self, format: u32) -> Option<String> {
+    /// An inline blob's stored bytes, decoded; `None` for a data blob. An entry is one or
+    /// the other, never both or neither, and an inline blob's bytes are base64 of exactly
+    /// `length` bytes; otherwise, what is wrong with it.
+    pub fn inline_bytes(&self) -> Result<Option<Vec<u8>>, String> {
         use base64::Engine;
         match (&self.inline, self.is_inline()) {
-            (None, true) => Some("has neither a data blob's name nor inline bytes".into()),
-            (Some(_), false) => Some("names a data blob and holds inline bytes too".into()),
-            (None, false) => None,
-            (Some(_), true) if format < crate::format::INLINE_SINCE_FORMAT => Some(format!(
-                "is inline in a record of format {format}, which has none"
+            (None, false) => Ok(None),
+            (None, true) => {
+                Err("holds no bytes: it has neither a data blob's name nor inline bytes".into())
+            }
+            (Some(_), false) => Err(format!(
+                "cannot also name a data blob ({}) when it holds inline bytes too",
+                self.name
             )),
             (Some(text), true) => match base64::engine::general_purpose::STANDARD.decode(text) {
-                Err(e) => Some(format!("holds inline bytes that are not base64: {e}")),
-                Ok(bytes) if bytes.len() as u64 != self.length => Some(format!(
+                Err(e) => Err(format!("holds inline bytes that are not base64: {e}")),
+                Ok(bytes) if bytes.len() as u64 != self.length => Err(format!(
                     "holds {} inline bytes, recorded {}",
                     bytes.len(),
                     self.length
                 )),
-                Ok(_) => None,
+                Ok(bytes) => Ok(Some(bytes)),
             },
         }
+    }
+
+    /// What is wrong with its shape in a commit record of backup format `format`, if
+    /// anything: [`Self::inline_bytes`]'s rules, and no inline blob before format 2. Its
+    /// blocks' own checks come when they are read; this one needs no request, so a
+    /// restore can refuse a damaged record before it writes anything.
+    pub fn shape_problem(&self, format: u32) -> Option<String> {
+        if self.is_inline() && self.inline.is_some() && format < crate::format::INLINE_SINCE_FORMAT
+        {
+            return Some(format!(
+                "is inline in a record of format {format}, which has none"
+            ));
+        }
+        self.inline_bytes().err()
     }
 
     /// How messages name it: the data blob, or the range whose record holds it.

@@ -417,8 +417,8 @@ impl Store {
         block: &BlockRecord,
         compression: Compression,
     ) -> Result<DecodedBlock> {
-        if blob.is_inline() || blob.inline.is_some() {
-            return reader::decode_inline(blob, block, compression);
+        if let Some(decoded) = reader::read_inline(blob, block, compression)? {
+            return Ok(decoded);
         }
         let blob = blob.name.as_str();
         let data = match self.blobs.get_range(blob, block.offset, block.length).await {

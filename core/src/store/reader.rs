@@ -4,8 +4,6 @@
 
 use std::cmp::Ordering;
 
-use base64::Engine;
-use base64::engine::general_purpose::STANDARD as BASE64;
 use sha2::{Digest, Sha256};
 use tablevault_azure::table::Entity;
 
@@ -14,34 +12,21 @@ use crate::format::{Compression, DecodedBlock, MAX_BLOCK_BYTES, decode_block, he
 use crate::keys::{EntityKey, cmp_keys};
 use crate::protocol::{BlobRecord, BlockRecord};
 
-/// The checks of [`super::Store::read_block`] on a block of an inline blob: the record
-/// must hold bytes (and name no data blob besides), as many as it says, and the block
-/// must lie inside them.
-pub(crate) fn decode_inline(
+/// A block of `blob` read from its commit record, with the checks of
+/// [`super::Store::read_block`]: the entry must be a well-formed inline blob
+/// ([`BlobRecord::inline_bytes`]) and the block must lie inside its bytes. `None` for a
+/// data blob, whose block is fetched.
+pub(crate) fn read_inline(
     blob: &BlobRecord,
     block: &BlockRecord,
     compression: Compression,
-) -> Result<DecodedBlock, StoreError> {
+) -> Result<Option<DecodedBlock>, StoreError> {
     let corrupt = |why: String| StoreError::Corrupt(format!("an inline blob {why}"));
-    if !blob.is_inline() {
-        return Err(corrupt(format!(
-            "cannot also name a data blob ({})",
-            blob.name
-        )));
-    }
-    let Some(text) = &blob.inline else {
-        return Err(corrupt("holds no bytes".into()));
+    let bytes = match blob.inline_bytes() {
+        Ok(None) => return Ok(None),
+        Ok(Some(bytes)) => bytes,
+        Err(why) => return Err(corrupt(why)),
     };
-    let bytes = BASE64
-        .decode(text)
-        .map_err(|e| corrupt(format!("is not base64: {e}")))?;
-    if bytes.len() as u64 != blob.length {
-        return Err(corrupt(format!(
-            "holds {} bytes, recorded {}",
-            bytes.len(),
-            blob.length
-        )));
-    }
     let start = usize::try_from(block.offset).unwrap_or(usize::MAX);
     let end = start.saturating_add(usize::try_from(block.length).unwrap_or(usize::MAX));
     let Some(data) = bytes.get(start..end) else {
@@ -53,7 +38,7 @@ pub(crate) fn decode_inline(
             block.offset.saturating_add(block.length)
         )));
     };
-    decode_checked(data, "an inline blob", block, compression)
+    decode_checked(data, "an inline blob", block, compression).map(Some)
 }
 
 /// The checks of [`super::Store::read_block`] on bytes already fetched.
@@ -127,6 +112,8 @@ pub fn decode_checked(
 
 #[cfg(test)]
 mod tests {
+    use base64::Engine;
+    use base64::engine::general_purpose::STANDARD as BASE64;
     use tablevault_azure::table::EdmValue;
 
     use super::*;
@@ -227,8 +214,9 @@ mod tests {
             block.offset = offset.unwrap_or(0);
             block.length = block_length.unwrap_or(block.length);
             blob.blocks.push(block.clone());
-            match decode_inline(&blob, &block, Compression::Zstd) {
-                Ok(decoded) => {
+            match read_inline(&blob, &block, Compression::Zstd) {
+                Ok(None) => proptest::prop_assert!(false, "an inline blob read as a data blob"),
+                Ok(Some(decoded)) => {
                     let keys: Vec<EntityKey> = decoded.batches.iter().flatten().map(|e| EntityKey::new(&e.partition_key, &e.row_key)).collect();
                     proptest::prop_assert_eq!(
                         keys,
