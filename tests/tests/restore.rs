@@ -11,6 +11,7 @@ use bytes::Bytes;
 use support::{
     Setup, back_up, backup_of, blob_client, numbered, store, target, watch_opts, worker_config,
 };
+use tablevault_azure::StorageAccount;
 use tablevault_azure::blob::PutOptions;
 use tablevault_azure::table::{BatchOperation, EdmValue, Entity, TableClient};
 use tablevault_cli::exit::{ExitCode, error_code};
@@ -22,7 +23,7 @@ use tablevault_coordinator::state::load_manifest;
 use tablevault_coordinator::verify::{VerifyRequest, verify};
 use tablevault_core::format::Compression;
 use tablevault_core::keys::EntityKey;
-use tablevault_core::protocol::RestoreMode;
+use tablevault_core::protocol::{CommitRecord, RestoreMode};
 use tablevault_core::store::BackupPaths;
 use tablevault_tests::{TestEnv, load_edge_table, scan_all, unique_table};
 use tablevault_worker::{Worker, WorkerStats};
@@ -51,6 +52,30 @@ fn assert_same_tables(restored: &[Entity], source: &[Entity]) {
             );
         }
     }
+}
+
+/// A verify of every table of `backup_id` under its own name, against the tables in
+/// `live` when given.
+fn verify_request(backup_id: &str, live: Option<&StorageAccount>) -> VerifyRequest {
+    VerifyRequest {
+        backup_id: backup_id.to_string(),
+        tables: None,
+        renames: vec![],
+        against: live.cloned(),
+    }
+}
+
+/// Rewrites the commit record at `path` as `commit` (a test's damage; the product only
+/// ever creates records).
+async fn overwrite_record(t: &tablevault_coordinator::Location, path: &str, commit: &CommitRecord) {
+    blob_client(t)
+        .put_blob(
+            path,
+            Bytes::from(serde_json::to_vec(commit).unwrap()),
+            &PutOptions::default(),
+        )
+        .await
+        .unwrap();
 }
 
 #[tokio::test]
@@ -446,14 +471,7 @@ async fn a_backup_whose_files_disagree_with_its_records_is_refused_before_anythi
         let named = match damage {
             "record lost its blobs" => {
                 commit.blobs.clear();
-                client_of_blobs
-                    .put_blob(
-                        path,
-                        Bytes::from(serde_json::to_vec(&commit).unwrap()),
-                        &PutOptions::default(),
-                    )
-                    .await
-                    .unwrap();
+                overwrite_record(&t, path, &commit).await;
                 commit.task.clone()
             }
             "blob cut short" => {
@@ -562,17 +580,9 @@ async fn a_corrupt_block_is_reported_and_nothing_from_it_is_written() {
 
     // verify finds the same block, and the live comparison does not blame the table
     // for entities it could not read from the backup.
-    let v = verify(
-        &t,
-        &VerifyRequest {
-            backup_id: backup.backup_id.clone(),
-            tables: None,
-            renames: vec![],
-            against: Some(env.account.clone()),
-        },
-    )
-    .await
-    .unwrap();
+    let v = verify(&t, &verify_request(&backup.backup_id, Some(&env.account)))
+        .await
+        .unwrap();
     assert_eq!(v.status, "mismatch");
     assert_eq!(v.tables[0].bad_blocks, 1);
     assert_eq!(
@@ -658,12 +668,7 @@ async fn verify_finds_every_difference_with_a_live_table() {
     let backup = run_backup(&req, &t, &watch_opts(2, &env.account))
         .await
         .unwrap();
-    let request = VerifyRequest {
-        backup_id: backup.backup_id.clone(),
-        tables: None,
-        renames: vec![],
-        against: Some(env.account.clone()),
-    };
+    let request = verify_request(&backup.backup_id, Some(&env.account));
     let clean = verify(&t, &request).await.unwrap();
     assert_eq!(clean.status, "ok", "{:?}", clean.problems);
     assert_eq!(clean.tables[0].entities_read, 120);
@@ -984,17 +989,7 @@ async fn a_restore_that_meets_its_backup_being_deleted_says_so() {
     assert_eq!(error_code(&err), ExitCode::Usage);
     assert!(!client.table_exists(&renamed).await.unwrap());
 
-    let err = verify(
-        &t,
-        &VerifyRequest {
-            backup_id: id.clone(),
-            tables: None,
-            renames: vec![],
-            against: None,
-        },
-    )
-    .await
-    .unwrap_err();
+    let err = verify(&t, &verify_request(id, None)).await.unwrap_err();
     assert!(err.to_string().contains("is being deleted"), "{err}");
     assert_eq!(error_code(&err), ExitCode::Usage);
 }
@@ -1063,12 +1058,7 @@ async fn small_ranges_are_inline_in_format_2_and_both_formats_restore_exactly() 
             .collect();
         assert_eq!(listed, named, "format {format}");
 
-        let request = VerifyRequest {
-            backup_id: backup.backup_id.clone(),
-            tables: None,
-            renames: vec![],
-            against: Some(env.account.clone()),
-        };
+        let request = verify_request(&backup.backup_id, Some(&env.account));
         let checked = verify(&t, &request).await.unwrap();
         assert_eq!(checked.status, "ok", "{:?}", checked.problems);
 
@@ -1121,21 +1111,9 @@ async fn a_damaged_inline_blob_is_found_by_verify_and_never_restored() {
     let middle = bytes.len() / 2;
     bytes[middle] ^= 0x20;
     commit.blobs[0].inline = Some(b64.encode(&bytes));
-    blob_client(&t)
-        .put_blob(
-            path,
-            Bytes::from(serde_json::to_vec(&commit).unwrap()),
-            &PutOptions::default(),
-        )
-        .await
-        .unwrap();
+    overwrite_record(&t, path, &commit).await;
 
-    let request = VerifyRequest {
-        backup_id: backup.backup_id.clone(),
-        tables: None,
-        renames: vec![],
-        against: None,
-    };
+    let request = verify_request(&backup.backup_id, None);
     let checked = verify(&t, &request).await.unwrap();
     assert_ne!(checked.status, "ok");
     assert!(
@@ -1222,20 +1200,9 @@ async fn a_commit_record_with_a_malformed_blob_entry_is_refused_before_anything_
             }
             _ => blob.name = String::new(),
         }
-        raw.put_blob(
-            path,
-            Bytes::from(serde_json::to_vec(&commit).unwrap()),
-            &PutOptions::default(),
-        )
-        .await
-        .unwrap();
+        overwrite_record(&t, path, &commit).await;
 
-        let request = VerifyRequest {
-            backup_id: backup.backup_id.clone(),
-            tables: None,
-            renames: vec![],
-            against: None,
-        };
+        let request = verify_request(&backup.backup_id, None);
         let checked = verify(&t, &request).await.unwrap();
         assert_ne!(checked.status, "ok", "{damage}");
         assert!(
