@@ -251,6 +251,21 @@ mod tests {
         out
     }
 
+    /// Entities in every block of `written`, each read back through the store's checks.
+    async fn entities_read_back(store: &Store, written: &[BlobRecord]) -> usize {
+        let mut entities = 0;
+        for blob in written {
+            for record in &blob.blocks {
+                let decoded = store
+                    .read_block(blob, record, Compression::Zstd)
+                    .await
+                    .unwrap();
+                entities += decoded.entity_count();
+            }
+        }
+        entities
+    }
+
     fn writer(store: &Store, blocks_per_blob: usize) -> BlockWriter {
         store.block_writer(
             &BackupPaths::new("job1"),
@@ -348,22 +363,14 @@ mod tests {
                 "{per_blob}"
             );
             assert_eq!(memory.calls(Op::PutBlockList) - before.2, blobs - single);
-            let mut entities = 0;
             for blob in &written {
                 let props = memory.properties(&blob.name).await.unwrap().unwrap();
                 assert_eq!(
                     props.metadata.get("tvblocks").map(String::as_str),
                     Some(&*blob.blocks.len().to_string())
                 );
-                for record in &blob.blocks {
-                    let decoded = store
-                        .read_block(blob, record, Compression::Zstd)
-                        .await
-                        .unwrap();
-                    entities += decoded.entity_count();
-                }
             }
-            assert_eq!(entities, 3000);
+            assert_eq!(entities_read_back(&store, &written).await, 3000);
         }
     }
 
@@ -401,18 +408,12 @@ mod tests {
                         assert_eq!(memory.names().len(), written.len(), "{case}");
                         assert_eq!(written.len(), n.div_ceil(per_blob), "{case}");
                     }
-                    let mut entities = 0;
-                    for blob in &written {
-                        for record in &blob.blocks {
-                            let decoded = store
-                                .read_block(blob, record, Compression::Zstd)
-                                .await
-                                .unwrap();
-                            entities += decoded.entity_count();
-                        }
-                    }
                     let expected: usize = all[..n].iter().map(|b| b.entities).sum();
-                    assert_eq!(entities, expected, "{case}");
+                    assert_eq!(
+                        entities_read_back(&store, &written).await,
+                        expected,
+                        "{case}"
+                    );
                 }
             }
         }
