@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, HashSet};
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD as BASE64;
 
-use super::BackupState;
+use super::{BackupState, Tiling};
 use crate::keys::{KeyRange, find_tiling};
 use crate::protocol::{BackupJob, BlobRecord, Manifest, ManifestRange, ManifestTable, now_rfc3339};
 use crate::store::{BackupPaths, CreateOutcome, Result, Store, StoreError};
@@ -25,13 +25,11 @@ fn range_from_metadata(value: &str) -> Option<KeyRange> {
     serde_json::from_slice(&BASE64.decode(value).ok()?).ok()
 }
 
-/// Builds the manifest from the tiling of every table. `None` if some table is not tiled.
-pub fn build_manifest(state: &BackupState) -> Option<Manifest> {
-    let job = &state.job;
+/// Builds the manifest of `job` from the tiling of every table ([`BackupState::tilings`]).
+pub fn build_manifest(job: &BackupJob, tilings: &[Tiling<'_>]) -> Manifest {
     let paths = BackupPaths::new(&job.backup_id);
     let mut tables = Vec::new();
-    for t in &job.tables {
-        let chain = state.tiling(&t.name)?;
+    for (name, chain) in tilings {
         let ranges: Vec<ManifestRange> = chain
             .iter()
             .map(|c| ManifestRange {
@@ -42,7 +40,7 @@ pub fn build_manifest(state: &BackupState) -> Option<Manifest> {
             })
             .collect();
         tables.push(ManifestTable {
-            name: t.name.clone(),
+            name: name.to_string(),
             entities: chain.iter().map(|c| c.entities).sum(),
             raw_bytes: chain.iter().map(|c| c.raw_bytes).sum(),
             stored_bytes: chain.iter().map(|c| c.stored_bytes).sum(),
@@ -55,7 +53,7 @@ pub fn build_manifest(state: &BackupState) -> Option<Manifest> {
             ranges,
         });
     }
-    Some(Manifest {
+    Manifest {
         format: job.format,
         backup_id: job.backup_id.clone(),
         created_at: job.created_at.clone(),
@@ -67,7 +65,7 @@ pub fn build_manifest(state: &BackupState) -> Option<Manifest> {
         stored_bytes: tables.iter().map(|t| t.stored_bytes).sum(),
         tables,
         tool_version: env!("CARGO_PKG_VERSION").to_string(),
-    })
+    }
 }
 
 /// Writes the manifest (or reads the one someone wrote first) and collects the blobs of
@@ -76,9 +74,10 @@ pub fn build_manifest(state: &BackupState) -> Option<Manifest> {
 pub async fn finalize(store: &Store, state: &BackupState) -> Result<Option<Manifest>> {
     let id = &state.job.backup_id;
     let paths = BackupPaths::new(id);
-    let Some(manifest) = build_manifest(state) else {
+    let Some(tilings) = state.tilings() else {
         return Ok(None);
     };
+    let manifest = build_manifest(&state.job, &tilings);
     // A backup a prune or forget is removing (its marker, or its plan gone) never gets a
     // manifest: a coordinator that watched it to the end finalized from what it held and
     // reported complete a backup whose data was being deleted under it. Checked again
@@ -107,7 +106,7 @@ pub async fn finalize(store: &Store, state: &BackupState) -> Result<Option<Manif
     let (removed, collected, ()) = tokio::join!(
         being_removed(store, &paths),
         collect_garbage(store, &paths, &manifest, state),
-        write_learned(store, &paths, created.then_some(state))
+        write_learned(store, &paths, created.then_some((&state.job, &tilings[..])))
     );
     if removed? {
         store
@@ -119,11 +118,16 @@ pub async fn finalize(store: &Store, state: &BackupState) -> Result<Option<Manif
     Ok(Some(manifest))
 }
 
-/// Writes what the backup learned for the next one's plan (`learned.json`), if `state`
-/// is given and some table is large enough to learn from. Failing to is logged, not an
-/// error: the next plan reads the commit records instead.
-async fn write_learned(store: &Store, paths: &BackupPaths, state: Option<&BackupState>) {
-    let Some(learned) = state.and_then(super::learned::learned) else {
+/// Writes what the backup learned for the next one's plan (`learned.json`), if its job
+/// and tilings are given and some table is large enough to learn from. Failing to is
+/// logged, not an error: the next plan reads the commit records instead.
+async fn write_learned(
+    store: &Store,
+    paths: &BackupPaths,
+    tiled: Option<(&BackupJob, &[Tiling<'_>])>,
+) {
+    let Some(learned) = tiled.and_then(|(job, tilings)| super::learned::learned(job, tilings))
+    else {
         return;
     };
     if let Err(e) = store.overwrite(&paths.learned(), &learned).await {
@@ -187,16 +191,15 @@ pub async fn rebuild_manifest(store: &Store, job: &BackupJob) -> Result<Option<M
     }
     let mut state = BackupState::new(job.clone());
     state.refresh(store).await?;
-    let Some(manifest) = build_manifest(&state) else {
+    let Some(tilings) = state.tilings() else {
         return Ok(None);
     };
+    let manifest = build_manifest(job, &tilings);
     let sizes = store.blob_sizes(&paths.data_root()).await?;
-    let named = manifest.tables.iter().flat_map(|t| {
-        t.ranges
-            .iter()
-            .filter_map(|r| state.commits().get(&(t.name.clone(), r.task.clone())))
-            .flat_map(|c| &c.blobs)
-    });
+    let named = tilings
+        .iter()
+        .flat_map(|(_, chain)| chain)
+        .flat_map(|c| &c.blobs);
     if let Some((blob, problem)) = missing_or_short(named, &sizes) {
         return Err(StoreError::Corrupt(format!(
             "the manifest of {} cannot be rebuilt: data blob {blob} {problem}",

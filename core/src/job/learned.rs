@@ -10,8 +10,7 @@
 
 use std::collections::HashSet;
 
-use super::BackupState;
-use crate::protocol::{BlockRecord, CommitRecord, Learned, LearnedTable, Part};
+use crate::protocol::{BackupJob, BlockRecord, CommitRecord, Learned, LearnedTable, Part};
 use crate::split::PIECE_ENTITIES;
 
 /// Fewest entities a table holds for the next backup to plan it into more than one
@@ -34,25 +33,22 @@ pub const MIN_TABLE_PARTS: usize = 16;
 /// every table keeps half as many parts, until it fits or each keeps its fewest.
 pub const MAX_KEY_BYTES: usize = 8 << 20;
 
-/// What `state`'s backup learned, from the commit records that tile each table; `None`
-/// when no table is large enough to learn anything or some table is not tiled.
-pub fn learned(state: &BackupState) -> Option<Learned> {
-    let job = &state.job;
-    let mut large: Vec<(String, Vec<&CommitRecord>)> = Vec::new();
-    for t in &job.tables {
-        let chain = state.tiling(&t.name)?;
-        let entities: u64 = chain.iter().map(|c| c.entities).sum();
-        if entities >= LEARNED_MIN_ENTITIES {
-            large.push((t.name.clone(), chain));
-        }
-    }
+/// What `job`'s backup learned, from the commit records that tile each table
+/// ([`super::BackupState::tilings`]); `None` when no table is large enough to learn
+/// anything.
+pub fn learned(job: &BackupJob, tilings: &[super::Tiling<'_>]) -> Option<Learned> {
+    let large: Vec<(String, &[&CommitRecord])> = tilings
+        .iter()
+        .filter(|(_, chain)| chain.iter().map(|c| c.entities).sum::<u64>() >= LEARNED_MIN_ENTITIES)
+        .map(|(name, chain)| (name.to_string(), &chain[..]))
+        .collect();
     if large.is_empty() {
         return None;
     }
     // Each table with all its parts; merged below to what the budget allows.
     let tables: Vec<LearnedTable> = large
         .into_iter()
-        .map(|(name, chain)| learn_table(name, &chain))
+        .map(|(name, chain)| learn_table(name, chain))
         .collect();
     let total: u64 = tables.iter().map(|t| t.entities).sum::<u64>().max(1);
     let mut caps: Vec<usize> = tables
@@ -217,6 +213,7 @@ pub fn merge_parts(parts: &[Part], most: usize) -> Vec<Part> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::job::BackupState;
     use crate::keys::EntityKey;
     use proptest::prelude::*;
 
@@ -436,7 +433,7 @@ mod tests {
                 b.last_key.pk = b.first_key.pk.clone();
             }
         }
-        let learned = learned(&state).expect("large tables");
+        let learned = learned(&state.job, &state.tilings().unwrap()).expect("large tables");
         let bytes: usize = learned
             .tables
             .iter()

@@ -64,6 +64,9 @@ impl<D: DeserializeOwned> Records<D> {
     }
 }
 
+/// A table's name and the commit records that tile it, in key order.
+pub type Tiling<'a> = (&'a str, Vec<&'a CommitRecord>);
+
 /// What is known about a running or finished backup.
 pub struct BackupState {
     /// The plan.
@@ -111,6 +114,17 @@ impl BackupState {
         let ranges: Vec<&KeyRange> = candidates.iter().map(|c| &c.range).collect();
         let chain = find_tiling(&ranges)?;
         Some(chain.into_iter().map(|i| candidates[i]).collect())
+    }
+
+    /// Each table of the plan, in plan order, with the commit records that tile it in key
+    /// order; `None` if some table is not tiled yet. What the manifest and `learned.json`
+    /// are both built from.
+    pub fn tilings(&self) -> Option<Vec<Tiling<'_>>> {
+        self.job
+            .tables
+            .iter()
+            .map(|t| Some((t.name.as_str(), self.tiling(&t.name)?)))
+            .collect()
     }
 
     /// Whether every table is tiled by committed ranges.
