@@ -23,7 +23,7 @@ use crate::emulator::Azurite;
 
 pub use backup::run_backup_bench;
 pub use plan::{PlanOptions, run_plan_bench};
-pub use restore::run_restore_bench;
+pub use restore::{known_restore_shape, run_restore_bench};
 pub use shapes::{ShapeOptions, run_shape_bench};
 
 /// Benchmark settings.
@@ -37,6 +37,8 @@ pub struct BenchOptions {
     pub compression: String,
     /// Rounds per size: each measures the ceiling again, then every worker count.
     pub repeat: usize,
+    /// Key shapes of the restore benchmark's table (none: its sample table).
+    pub shapes: Vec<String>,
     /// Print JSON.
     pub json: bool,
 }

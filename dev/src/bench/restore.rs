@@ -1,9 +1,13 @@
-//! Restore throughput: one backup per table size, then rounds that each measure the
-//! ceiling (the project's Table client upserting the same entities as 100-entity batches,
-//! 8 in flight, into a fresh table) and a restore per worker count, each with the check
-//! that reads the target back (the default) and without it (`--no-verify`). Every measurement
-//! starts on a freshly started Table service, because the emulator's insert rate falls as
-//! its in-memory database grows.
+//! Restore throughput: one backup per table size and key shape, then rounds that each
+//! measure the ceiling (the project's Table client upserting the same entities as batches
+//! of one partition, at most 100 entities, 8 in flight, into a fresh table) and a restore
+//! per worker count, each with the check that reads the target back (the default) and
+//! without it (`--no-verify`). Every measurement starts on a freshly started Table
+//! service, because the emulator's insert rate falls as its in-memory database grows.
+//!
+//! The shape decides how many entities a batch can carry: an entity group transaction
+//! holds one partition, so a table of one entity per partition (GUID keys) is written one
+//! entity per request by the ceiling and by a restore alike.
 
 use std::time::Instant;
 
@@ -49,11 +53,14 @@ pub struct RestoreSummary {
     pub peak_rss_bytes: Option<u64>,
 }
 
-/// Results of the restore benchmark for one table size.
+/// Results of the restore benchmark for one table size and shape.
 #[derive(Debug, Clone, Serialize)]
 pub struct RestoreSizeResult {
     /// Entities in the table.
     pub entities: u64,
+    /// Their key shape: `sample` (the backup benchmark's table, 500 entities a
+    /// partition) or one of `tablevault-bench shapes`' single-table shapes.
+    pub shape: String,
     /// Median ceiling (entities/s) over the rounds.
     pub ceiling_entities_per_second: f64,
     /// Medians per worker count.
@@ -72,6 +79,35 @@ async fn fresh_tables(azurite: &mut Azurite) -> anyhow::Result<()> {
         .context("cannot restart the emulator's Table service")
 }
 
+/// The shape of the backup benchmark's own table (`load_sample`).
+pub const SAMPLE_SHAPE: &str = "sample";
+
+/// `shape` if the restore benchmark can load it: [`SAMPLE_SHAPE`] or a single-table
+/// shape of the shape benchmark; otherwise why not.
+pub fn known_restore_shape(shape: &str) -> Result<String, String> {
+    if shape == SAMPLE_SHAPE {
+        return Ok(shape.to_string());
+    }
+    super::shapes::single_table_shape(shape)
+        .map(|()| shape.to_string())
+        .map_err(|e| format!("{e} (or {SAMPLE_SHAPE}, the default)"))
+}
+
+/// Loads `size` entities of `shape` into `table` with batches 8 in flight.
+async fn load_shape(
+    client: &TableClient,
+    shape: &str,
+    size: u64,
+    table: &str,
+) -> anyhow::Result<()> {
+    if shape == SAMPLE_SHAPE {
+        let partitions = (size / 500).clamp(1, 200);
+        Ok(load_sample(client, table, size, partitions, 8).await?)
+    } else {
+        super::shapes::load_shape_into(client, shape, size, table).await
+    }
+}
+
 /// Every (workers, verify) pair measured, in order.
 fn combos(opts: &BenchOptions) -> Vec<(usize, bool)> {
     opts.workers
@@ -83,14 +119,25 @@ fn combos(opts: &BenchOptions) -> Vec<(usize, bool)> {
 /// Runs the restore benchmark and prints its table (or JSON).
 pub async fn run_restore_bench(opts: &BenchOptions) -> anyhow::Result<()> {
     let mut results = Vec::new();
-    for &size in &opts.sizes {
+    let shapes = if opts.shapes.is_empty() {
+        vec![SAMPLE_SHAPE.to_string()]
+    } else {
+        opts.shapes.clone()
+    };
+    for shape in &shapes {
+        known_restore_shape(shape).map_err(anyhow::Error::msg)?;
+    }
+    for (&size, shape) in opts
+        .sizes
+        .iter()
+        .flat_map(|size| shapes.iter().map(move |shape| (size, shape)))
+    {
         let mut azurite = Azurite::start_split().await?;
         let client = TableClient::new(&azurite.account())?;
-        let partitions = (size / 500).clamp(1, 200);
         if !opts.json {
-            eprintln!("loading {size} entities ({partitions} partitions) and backing them up ...");
+            eprintln!("loading {size} entities ({shape}) and backing them up ...");
         }
-        load_sample(&client, TABLE, size, partitions, 4).await?;
+        load_shape(&client, shape, size, TABLE).await?;
         let backup = Tablevault::new(&azurite)?
             .run(&[
                 "backup",
@@ -113,7 +160,7 @@ pub async fn run_restore_bench(opts: &BenchOptions) -> anyhow::Result<()> {
             // The backup stays in the Blob service; tables start empty.
             fresh_tables(&mut azurite).await?;
             let started = Instant::now();
-            load_sample(&client, &format!("Ceiling{round}"), size, partitions, 8).await?;
+            load_shape(&client, shape, size, &format!("Ceiling{round}")).await?;
             let ceiling = size as f64 / started.elapsed().as_secs_f64();
             if !opts.json {
                 eprintln!(
@@ -175,6 +222,7 @@ pub async fn run_restore_bench(opts: &BenchOptions) -> anyhow::Result<()> {
             .collect();
         results.push(RestoreSizeResult {
             entities: size,
+            shape: shape.clone(),
             ceiling_entities_per_second: median(rounds.iter().map(|(c, _)| *c).collect()),
             restores,
             rounds,
@@ -185,18 +233,19 @@ pub async fn run_restore_bench(opts: &BenchOptions) -> anyhow::Result<()> {
         return Ok(());
     }
     println!(
-        "{:>9}  {:>7}  {:>6}  {:>12}  {:>8}  {:>10}",
-        "entities", "workers", "verify", "entities/s", "ceiling", "peak RSS"
+        "{:>9}  {:>13}  {:>7}  {:>6}  {:>12}  {:>8}  {:>10}",
+        "entities", "shape", "workers", "verify", "entities/s", "ceiling", "peak RSS"
     );
     for r in &results {
         println!(
-            "{:>9}  {:>7}  {:>6}  {:>12.0}  {:>8}  {:>10}",
-            r.entities, "batches", "-", r.ceiling_entities_per_second, "100%", "-"
+            "{:>9}  {:>13}  {:>7}  {:>6}  {:>12.0}  {:>8}  {:>10}",
+            r.entities, r.shape, "batches", "-", r.ceiling_entities_per_second, "100%", "-"
         );
         for s in &r.restores {
             println!(
-                "{:>9}  {:>7}  {:>6}  {:>12.0}  {:>7.0}%  {:>10}",
+                "{:>9}  {:>13}  {:>7}  {:>6}  {:>12.0}  {:>7.0}%  {:>10}",
                 r.entities,
+                r.shape,
                 s.workers,
                 if s.verify { "on" } else { "off" },
                 s.entities_per_second,

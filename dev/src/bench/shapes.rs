@@ -300,27 +300,65 @@ async fn load(
     opts: &ShapeOptions,
 ) -> anyhow::Result<Vec<String>> {
     let n = opts.entities;
-    let mut groups: std::collections::BTreeMap<(u64, String), Vec<Entity>> = Default::default();
-    for i in 0..n {
+    let entities = (0..n).map(|i| {
         let (t, e) = shaped(shape, i, n, opts.small_tables);
+        (table_name(shape, t), e)
+    });
+    load_entities(client, entities).await
+}
+
+/// Whether `shape` names one of the shapes of a single table (every one but
+/// `small-tables`); an error that lists them otherwise.
+pub(super) fn single_table_shape(shape: &str) -> anyhow::Result<()> {
+    unknown_shapes(&[shape.to_string()])?;
+    anyhow::ensure!(
+        shape != "small-tables",
+        "small-tables is many tables; a restore is measured on one"
+    );
+    Ok(())
+}
+
+/// Loads `n` entities of `shape` (one of the single-table shapes) into `table`, as
+/// [`load`] does: batches of one partition, 100 entities at most, 8 in flight. That is
+/// also the fastest a restore can write them, which makes it the restore benchmark's
+/// ceiling for the shape.
+pub(super) async fn load_shape_into(
+    client: &TableClient,
+    shape: &str,
+    n: u64,
+    table: &str,
+) -> anyhow::Result<()> {
+    single_table_shape(shape)?;
+    let entities = (0..n).map(|i| (table.to_string(), shaped(shape, i, n, 1).1));
+    load_entities(client, entities).await?;
+    Ok(())
+}
+
+/// Creates the tables of `entities` and writes them, grouped by table and partition
+/// into batches of at most 100, 8 in flight. Returns the tables, in name order.
+async fn load_entities(
+    client: &TableClient,
+    entities: impl Iterator<Item = (String, Entity)>,
+) -> anyhow::Result<Vec<String>> {
+    let mut groups: std::collections::BTreeMap<(String, String), Vec<Entity>> = Default::default();
+    for (table, e) in entities {
         groups
-            .entry((t, e.partition_key.clone()))
+            .entry((table, e.partition_key.clone()))
             .or_default()
             .push(e);
     }
-    let mut tables: Vec<String> = groups.keys().map(|(t, _)| table_name(shape, *t)).collect();
+    let mut tables: Vec<String> = groups.keys().map(|(t, _)| t.clone()).collect();
     tables.dedup();
     for t in &tables {
         client.create_table(t).await?;
     }
     let batches: Vec<(String, Vec<BatchOperation>)> = groups
         .into_iter()
-        .flat_map(|((t, _), es)| {
-            let name = table_name(shape, t);
+        .flat_map(|((table, _), es)| {
             es.chunks(100)
                 .map(|c| {
                     (
-                        name.clone(),
+                        table.clone(),
                         c.iter()
                             .cloned()
                             .map(BatchOperation::InsertOrReplace)

@@ -6,8 +6,8 @@
 use clap::{Args, Parser, Subcommand};
 use tablevault_core::protocol::DEFAULT_WORKER_CONCURRENCY;
 use tablevault_dev::bench::{
-    BenchOptions, PlanOptions, ShapeOptions, run_backup_bench, run_plan_bench, run_restore_bench,
-    run_shape_bench,
+    BenchOptions, PlanOptions, ShapeOptions, known_restore_shape, run_backup_bench, run_plan_bench,
+    run_restore_bench, run_shape_bench,
 };
 use tablevault_dev::sim::{Plan, Policy, SimOptions};
 
@@ -25,7 +25,7 @@ enum Bench {
     Backup(Common),
     /// Restore entities/s and peak RSS, with the emulator's batch-insert rate as the
     /// ceiling.
-    Restore(Common),
+    Restore(RestoreBench),
     /// Backup speed by key shape (sequential, GUID, Zipf, one partition, two tenants,
     /// Cyrillic and emoji names, dates, hours, times as RowKeys, many small tables) next
     /// to a sequential
@@ -140,7 +140,31 @@ impl From<Common> for BenchOptions {
             workers: c.workers,
             compression: c.compression,
             repeat: c.repeat,
+            shapes: Vec::new(),
             json: c.json,
+        }
+    }
+}
+
+/// What the restore benchmark takes.
+#[derive(Args, Debug)]
+struct RestoreBench {
+    #[command(flatten)]
+    common: Common,
+    /// Key shapes of the restored table (comma-separated): `sample` (500 entities a
+    /// partition, the default) or the single-table shapes of `shapes` (`guid`: one
+    /// entity a partition, so each batch holds one entity; `one-partition`; `zipf` ...).
+    /// Each is loaded, backed up and measured in a fresh emulator, its ceiling written
+    /// with batches of one partition as a restore must.
+    #[arg(long, value_delimiter = ',', value_parser = known_restore_shape)]
+    shapes: Vec<String>,
+}
+
+impl From<RestoreBench> for BenchOptions {
+    fn from(r: RestoreBench) -> Self {
+        BenchOptions {
+            shapes: r.shapes,
+            ..r.common.into()
         }
     }
 }
@@ -323,7 +347,7 @@ mod tests {
     /// and a misspelt compression was reported after the table was loaded.
     #[test]
     fn every_command_refuses_nothing_to_measure() {
-        let refused: [&[&str]; 10] = [
+        let refused: [&[&str]; 12] = [
             &["simulate", "--entities", "0"],
             &["simulate", "--workers", "4,0"],
             &["simulate", "--partitions", "0"],
@@ -334,6 +358,8 @@ mod tests {
             &["backup", "--entities", "0"],
             &["restore", "--repeat", "0"],
             &["backup", "--compression", "lz4"],
+            &["restore", "--shapes", "sample,guids"],
+            &["restore", "--shapes", "small-tables"],
         ];
         for args in refused {
             let parsed = Cli::try_parse_from(
@@ -344,6 +370,7 @@ mod tests {
         for args in [
             &["simulate", "--production-load", "0.3"][..],
             &["backup", "--compression", "gzip"],
+            &["restore", "--shapes", "sample,guid,one-partition"],
         ] {
             let parsed = Cli::try_parse_from(
                 std::iter::once("tablevault-bench").chain(args.iter().copied()),
