@@ -594,6 +594,7 @@ impl Worker {
                 ceiling,
                 planned,
                 work_queued: &self.config.work_queued,
+                fleet: &self.fleet,
             }),
             limiter: Some(limiter),
             more_pages: None,

@@ -8,7 +8,8 @@
 //! workers still busy at the end of a job take the share of those that ran out of work.
 //!
 //! Listings: every [`GROWING_PERIOD`] while the fleet has changed (heartbeats appeared or
-//! turned idle or busy) within the last [`LISTING_PERIOD`], else every
+//! turned idle or busy) or one of this worker's tasks found the job's queue empty
+//! ([`FleetWatch::queue_seen_empty`]) within the last [`LISTING_PERIOD`], else every
 //! [`LISTING_PERIOD`]. A fleet starting together learns its size within seconds, and one
 //! running out of work as fast: a job's end thins the fleet in steps, a few seconds
 //! apart, and one quiet listing in between must not leave the workers still busy at the
@@ -37,10 +38,14 @@ pub const IDLE_METADATA: &str = "tvidle";
 pub const GROWING_PERIOD: Duration = Duration::from_secs(3);
 
 /// Least time between two listings of one job's heartbeats when the fleet last changed
-/// `since_change` ago: [`GROWING_PERIOD`] while that is within [`LISTING_PERIOD`], else
-/// [`LISTING_PERIOD`].
-pub fn listing_period(since_change: Duration) -> Duration {
-    if since_change < LISTING_PERIOD {
+/// `since_change` ago and this worker last found the job's queue empty `since_drained`
+/// ago: [`GROWING_PERIOD`] while either is within [`LISTING_PERIOD`], else
+/// [`LISTING_PERIOD`]. An empty queue is a job's end coming: workers that find no task
+/// turn idle, and those still reading take their share within seconds instead of at
+/// the next quiet listing, up to 25 s later.
+pub fn listing_period(since_change: Duration, since_drained: Option<Duration>) -> Duration {
+    let recent = |d: Duration| d < LISTING_PERIOD;
+    if recent(since_change) || since_drained.is_some_and(recent) {
         GROWING_PERIOD
     } else {
         LISTING_PERIOD
@@ -96,19 +101,52 @@ impl Seen {
 #[derive(Default)]
 pub struct FleetWatch {
     jobs: Mutex<HashMap<String, Seen>>,
+    /// Per job, when one of this worker's tasks last found its queue empty.
+    drained: Mutex<HashMap<String, Instant>>,
+}
+
+/// The key of the job whose heartbeats are under `root` in `store`.
+fn job_key(store: &Store, root: &str) -> String {
+    format!("{}/{root}", store.container())
 }
 
 impl FleetWatch {
+    /// Notes that a task of the job whose heartbeats are under `root` looked at the
+    /// job's queue and found no task waiting: from now until a listing period has
+    /// passed, the job's heartbeats are listed every [`GROWING_PERIOD`]
+    /// ([`listing_period`]). In the simulator, a repeat backup of a million entities
+    /// by 16 workers ended with one task read at a sixteenth of the account for 20 s
+    /// (58.7% of the account's rate over the backup; 72.5% with this).
+    pub fn queue_seen_empty(&self, store: &Store, root: &str) {
+        self.drained
+            .lock()
+            .expect("fleet lock")
+            .insert(job_key(store, root), Instant::now());
+    }
+
+    /// When a task of the job under `root` last found its queue empty.
+    #[cfg(test)]
+    pub(crate) fn queue_seen_empty_at(&self, store: &Store, root: &str) -> Option<Instant> {
+        let drained = self.drained.lock().expect("fleet lock");
+        drained.get(&job_key(store, root)).copied()
+    }
+
     /// Live workers under `root` (at least this one), listing again when the last
     /// listing is old enough. `None` when the listing failed and nothing is known (the
     /// caller keeps what it had).
     pub async fn live_workers(&self, store: &Store, root: &str) -> Option<FleetCount> {
-        let key = format!("{}/{root}", store.container());
+        let key = job_key(store, root);
+        let drained = self
+            .drained
+            .lock()
+            .expect("fleet lock")
+            .get(&key)
+            .map(|at| at.elapsed());
         let (mut beats, last_change) = {
             let jobs = self.jobs.lock().expect("fleet lock");
             match jobs.get(&key) {
                 Some(s) => {
-                    if s.at.elapsed() < listing_period(s.changed.elapsed()) {
+                    if s.at.elapsed() < listing_period(s.changed.elapsed(), drained) {
                         return Some(s.count());
                     }
                     (s.beats.clone(), Some(s.changed))
@@ -244,6 +282,49 @@ mod tests {
         idle(&store, root, "b").await;
         tokio::time::advance(GROWING_PERIOD).await;
         assert_eq!(live(&watch, &store, root).await, Some(2));
+    }
+
+    /// A fleet stable for a listing period is listed rarely, but once a task found the
+    /// queue empty (the job's end coming) it is listed every growing period again, so
+    /// the workers still reading take the share of those that ran out of work within
+    /// seconds; a listing period after the queue was last seen empty, rarely again.
+    #[tokio::test(start_paused = true)]
+    async fn an_empty_queue_has_the_fleet_listed_often() {
+        let store = Store::new(Arc::new(MemoryBlobs::new("c")));
+        let watch = FleetWatch::default();
+        let root = "job/heartbeats/";
+        for w in ["a", "b", "c", "d"] {
+            beat(&store, root, w, 0).await;
+        }
+        assert_eq!(live(&watch, &store, root).await, Some(4));
+        tokio::time::advance(LISTING_PERIOD).await;
+        assert_eq!(live(&watch, &store, root).await, Some(4), "stable");
+        tokio::time::advance(LISTING_PERIOD).await;
+        assert_eq!(live(&watch, &store, root).await, Some(4), "quiet");
+        // Stable for a listing period: a change is not seen a growing period later...
+        idle(&store, root, "d").await;
+        tokio::time::advance(GROWING_PERIOD).await;
+        assert_eq!(live(&watch, &store, root).await, Some(4), "cached");
+        // ...unless a task found the queue empty.
+        watch.queue_seen_empty(&store, root);
+        assert_eq!(live(&watch, &store, root).await, Some(3));
+        idle(&store, root, "c").await;
+        tokio::time::advance(GROWING_PERIOD).await;
+        assert_eq!(live(&watch, &store, root).await, Some(2));
+        // Another job's empty queue says nothing of this one. (a and b keep beating.)
+        watch.queue_seen_empty(&store, "other/heartbeats/");
+        tokio::time::advance(LISTING_PERIOD).await;
+        for w in ["a", "b"] {
+            beat(&store, root, w, 1).await;
+        }
+        assert_eq!(live(&watch, &store, root).await, Some(2));
+        idle(&store, root, "b").await;
+        tokio::time::advance(GROWING_PERIOD).await;
+        assert_eq!(
+            live(&watch, &store, root).await,
+            Some(2),
+            "quiet and the queue not seen empty for a listing period: cached"
+        );
     }
 
     #[tokio::test(start_paused = true)]

@@ -204,6 +204,13 @@ async fn scan(
                     None
                 } else {
                     last_look = Some(Instant::now());
+                    // The product's look peeks at the queue first and, finding it
+                    // empty, has its fleet listed every growing period
+                    // (`FleetWatch::queue_seen_empty`). Its peek overlaps the page
+                    // read ahead, so here it costs no time.
+                    if !e.queue.borrow_mut().has_waiting(Instant::now()) {
+                        worker.drained.set(Some(Instant::now()));
+                    }
                     // Tasks are paced to their partition's rate here, so the rest of one
                     // partition is not cut (the product's `find_split` rule then).
                     let one_partition =

@@ -123,6 +123,8 @@ pub(crate) struct Worker {
     /// Its last listing of the fleet's heartbeats: when, how many live, and when a
     /// listing last found that count changed.
     fleet_view: Cell<Option<(Instant, usize, Instant)>>,
+    /// When one of its backup tasks last looked at the queue and found no task waiting.
+    pub drained: Cell<Option<Instant>>,
 }
 
 impl Worker {
@@ -143,6 +145,7 @@ impl Worker {
             pacer,
             busy: Cell::new(0),
             fleet_view: Cell::new(None),
+            drained: Cell::new(None),
         }
     }
 
@@ -162,7 +165,8 @@ impl Worker {
     fn fleet_listing_due(&self) -> bool {
         self.fleet_view.get().is_none_or(|(at, _, changed)| {
             let now = Instant::now();
-            now.duration_since(at) >= listing_period(now.duration_since(changed))
+            let drained = self.drained.get().map(|d| now.duration_since(d));
+            now.duration_since(at) >= listing_period(now.duration_since(changed), drained)
         })
     }
 }

@@ -39,6 +39,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use crate::TaskError;
+use crate::fleet::FleetWatch;
 use crate::limiter::AdaptiveLimit;
 
 /// Least time between two looks at the queue for idle workers where partitions are
@@ -110,6 +111,8 @@ pub struct Splitting<'a> {
     /// Wakes the process's idle workers once split-off tasks are on the queue
     /// (`WorkerConfig::work_queued`).
     pub work_queued: &'a Notify,
+    /// The worker's view of the job's fleet, told when a look finds the queue empty.
+    pub fleet: &'a FleetWatch,
 }
 
 /// What a look for idle workers came to (`try_split`).
@@ -236,7 +239,13 @@ impl BackupAttempt<'_> {
         // task, and a remainder is only cut in two (`find_split`).
         let unpaced = !self.partitions_paced();
         let outweigh = match splitting.queue.first_waiting().await {
-            Ok(None) => None,
+            Ok(None) => {
+                // The job's end is coming: workers that find no task turn idle, and
+                // this one should take their share soon.
+                let root = BackupPaths::new(&self.job.backup_id).heartbeats_root();
+                splitting.fleet.queue_seen_empty(self.store, &root);
+                None
+            }
             // While a task waits no worker is idle, and a split only evens out task
             // sizes. Where partitions are paced that costs requests and refusals for
             // nothing (simulated first backups at 64 workers: 89.0% of the account
@@ -743,6 +752,94 @@ mod tests {
             blobs.names().iter().any(|n| n.contains("/aaaa/")),
             "the data of a committed attempt is never deleted: {:?}",
             blobs.names()
+        );
+    }
+
+    /// A look for idle workers that finds the job's queue empty tells the worker's view
+    /// of the fleet (the job's end is coming: list it often), whether or not a cut is
+    /// then found (here the table cannot even be probed); one that finds a task waiting
+    /// does not.
+    #[tokio::test]
+    async fn a_look_that_finds_the_queue_empty_tells_the_fleet_view() {
+        use tablevault_azure::config::StorageAccount;
+        use tablevault_azure::pipeline::ClientOptions;
+        use tablevault_core::testing::{MemoryQueue, test_job};
+
+        let (_blobs, store, paths) = setup();
+        let job = test_job("job1", Vec::new());
+        let unreachable = StorageAccount::from_connection_string(
+            "UseDevelopmentStorage=true;DevelopmentStorageProxyUri=http://127.0.0.1:9",
+        )
+        .unwrap();
+        let options = ClientOptions {
+            deadline: Duration::from_millis(300),
+            ..ClientOptions::default()
+        };
+        let source = TableClient::with_options(&unreachable, &options).unwrap();
+        let memory = Arc::new(MemoryQueue::new("q"));
+        let queue: Arc<dyn TaskQueue> = memory.clone();
+        let (work_queued, fleet, stats) =
+            (Notify::new(), FleetWatch::default(), WorkerStats::default());
+        let range = KeyRange::all();
+        let attempt = BackupAttempt {
+            store: &store,
+            job: &job,
+            source: &source,
+            table: "Tbl",
+            task: "r0000",
+            range: &range,
+            lost: CancellationToken::new(),
+            shutdown: CancellationToken::new(),
+            stats: &stats,
+            worker: "w",
+            splitting: None,
+            limiter: None,
+            more_pages: None,
+        };
+        let splitting = Splitting {
+            queue: &queue,
+            container: "c",
+            ceiling: None,
+            planned: true,
+            work_queued: &work_queued,
+            fleet: &fleet,
+        };
+        let first = EntityKey::new("p", "0000");
+        let after = EntityKey::new("p", "0999");
+        let read = ReadSoFar {
+            first: &first,
+            entities: 1_000,
+            partition: None,
+            largest_partition: 1_000,
+            last_page: None,
+            recent_pages: None,
+            planned: true,
+        };
+        let root = paths.heartbeats_root();
+        memory.put("a task waiting", None).await.unwrap();
+        let look = attempt
+            .try_split(&splitting, &after, None, None, read)
+            .await;
+        assert!(look.split_off.is_empty());
+        assert_eq!(
+            fleet.queue_seen_empty_at(&store, &root),
+            None,
+            "a task waits"
+        );
+        let taken = memory.receive(1, Duration::from_secs(60)).await.unwrap();
+        memory
+            .delete(&taken[0].message_id, &taken[0].pop_receipt)
+            .await
+            .unwrap();
+        let look = attempt
+            .try_split(&splitting, &after, None, None, read)
+            .await;
+        assert!(look.split_off.is_empty(), "the table cannot be probed");
+        assert!(fleet.queue_seen_empty_at(&store, &root).is_some());
+        assert_eq!(
+            fleet.queue_seen_empty_at(&store, "job2/heartbeats/"),
+            None,
+            "another job's"
         );
     }
 
