@@ -82,7 +82,7 @@ async fn fresh_tables(azurite: &mut Azurite) -> anyhow::Result<()> {
 /// The shape of the backup benchmark's own table (`load_sample`).
 pub const SAMPLE_SHAPE: &str = "sample";
 
-/// `shape` if the restore benchmark can load it: [`SAMPLE_SHAPE`] or a single-table
+/// `shape` if the restore benchmark can load it: `sample` (its own table) or a single-table
 /// shape of the shape benchmark; otherwise why not.
 pub fn known_restore_shape(shape: &str) -> Result<String, String> {
     if shape == SAMPLE_SHAPE {
