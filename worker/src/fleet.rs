@@ -73,6 +73,10 @@ impl FleetCount {
     }
 }
 
+/// A job whose heartbeats were last listed this long ago is forgotten: its next listing
+/// starts afresh.
+const FORGET_AFTER: Duration = Duration::from_secs(3_600);
+
 /// A heartbeat seen to change within this long is a live worker's: a heartbeat period
 /// (20 s) plus a listing period, with room to spare.
 pub const LIVE_WINDOW: Duration = Duration::from_secs(60);
@@ -118,10 +122,16 @@ impl FleetWatch {
     /// by 16 workers ended with one task read at a sixteenth of the account for 20 s
     /// (58.7% of the account's rate over the backup; 72.5% with this).
     pub fn queue_seen_empty(&self, store: &Store, root: &str) {
-        self.drained
-            .lock()
-            .expect("fleet lock")
-            .insert(job_key(store, root), Instant::now());
+        let mut drained = self.drained.lock().expect("fleet lock");
+        // Older marks no longer change a listing period.
+        drained.retain(|_, at| at.elapsed() < LISTING_PERIOD);
+        drained.insert(job_key(store, root), Instant::now());
+    }
+
+    /// Jobs this watch holds a listing or a mark of.
+    #[cfg(test)]
+    fn jobs_held(&self) -> usize {
+        self.jobs.lock().expect("fleet lock").len() + self.drained.lock().expect("fleet lock").len()
     }
 
     /// When a task of the job under `root` last found its queue empty.
@@ -195,7 +205,11 @@ impl FleetWatch {
             },
         };
         let count = seen.count();
-        self.jobs.lock().expect("fleet lock").insert(key, seen);
+        let mut jobs = self.jobs.lock().expect("fleet lock");
+        // A daemon serves job after job for months: what it saw of jobs it has not
+        // listed for an hour (ended, or their next task lists afresh) is dropped.
+        jobs.retain(|_, s| s.at.elapsed() < FORGET_AFTER);
+        jobs.insert(key, seen);
         Some(count)
     }
 }
@@ -325,6 +339,22 @@ mod tests {
             Some(2),
             "quiet and the queue not seen empty for a listing period: cached"
         );
+    }
+
+    /// A daemon serving job after job keeps what it saw of the jobs of the last hour,
+    /// not of every job since it started.
+    #[tokio::test(start_paused = true)]
+    async fn jobs_not_listed_for_an_hour_are_forgotten() {
+        let store = Store::new(Arc::new(MemoryBlobs::new("c")));
+        let watch = FleetWatch::default();
+        for job in 0..100 {
+            let root = format!("job{job}/heartbeats/");
+            beat(&store, &root, "a", 0).await;
+            assert_eq!(live(&watch, &store, &root).await, Some(1));
+            watch.queue_seen_empty(&store, &root);
+            tokio::time::advance(Duration::from_secs(600)).await;
+        }
+        assert!(watch.jobs_held() <= 8 + 1, "{}", watch.jobs_held());
     }
 
     #[tokio::test(start_paused = true)]
