@@ -253,6 +253,14 @@ mod tests {
 
     use super::*;
 
+    /// An empty store and a watch that has listed nothing.
+    fn fresh() -> (Store, FleetWatch) {
+        (
+            Store::new(Arc::new(MemoryBlobs::new("c"))),
+            FleetWatch::default(),
+        )
+    }
+
     async fn beat(store: &Store, root: &str, worker: &str, n: u64) {
         store
             .overwrite(&format!("{root}{worker}"), &serde_json::json!({ "at": n }))
@@ -274,8 +282,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn workers_out_of_work_stop_counting_within_seconds() {
-        let store = Store::new(Arc::new(MemoryBlobs::new("c")));
-        let watch = FleetWatch::default();
+        let (store, watch) = fresh();
         let root = "job/heartbeats/";
         for w in ["a", "b", "c", "d"] {
             beat(&store, root, w, 0).await;
@@ -304,8 +311,7 @@ mod tests {
     /// seconds; a listing period after the queue was last seen empty, rarely again.
     #[tokio::test(start_paused = true)]
     async fn an_empty_queue_has_the_fleet_listed_often() {
-        let store = Store::new(Arc::new(MemoryBlobs::new("c")));
-        let watch = FleetWatch::default();
+        let (store, watch) = fresh();
         let root = "job/heartbeats/";
         for w in ["a", "b", "c", "d"] {
             beat(&store, root, w, 0).await;
@@ -345,8 +351,7 @@ mod tests {
     /// not of every job since it started.
     #[tokio::test(start_paused = true)]
     async fn jobs_not_listed_for_an_hour_are_forgotten() {
-        let store = Store::new(Arc::new(MemoryBlobs::new("c")));
-        let watch = FleetWatch::default();
+        let (store, watch) = fresh();
         for job in 0..100 {
             let root = format!("job{job}/heartbeats/");
             beat(&store, &root, "a", 0).await;
@@ -359,8 +364,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn counts_heartbeats_that_appeared_or_changed_lately() {
-        let store = Store::new(Arc::new(MemoryBlobs::new("c")));
-        let watch = FleetWatch::default();
+        let (store, watch) = fresh();
         let root = "job/heartbeats/";
         assert_eq!(
             live(&watch, &store, root).await,
@@ -402,8 +406,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_thinning_fleet_is_listed_often_until_it_was_quiet_for_a_listing_period() {
-        let store = Store::new(Arc::new(MemoryBlobs::new("c")));
-        let watch = FleetWatch::default();
+        let (store, watch) = fresh();
         let root = "job/heartbeats/";
         for w in ["a", "b", "c", "d", "e"] {
             beat(&store, root, w, 0).await;
