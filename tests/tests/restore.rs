@@ -78,6 +78,19 @@ async fn overwrite_record(t: &tablevault_coordinator::Location, path: &str, comm
         .unwrap();
 }
 
+/// The commit record of the first range of backup `backup_id`'s first table, and the
+/// path it lies at (what a damage test rewrites).
+async fn first_commit(
+    t: &tablevault_coordinator::Location,
+    backup_id: &str,
+) -> (String, CommitRecord) {
+    let blobs = store(t);
+    let manifest = load_manifest(&blobs, backup_id).await.unwrap().unwrap();
+    let path = manifest.tables[0].ranges[0].commit.clone();
+    let commit = blobs.commit_record(&path).await.unwrap();
+    (path, commit)
+}
+
 #[tokio::test]
 async fn every_type_round_trips_through_backup_and_restore() {
     let env = TestEnv::start().await;
@@ -458,20 +471,14 @@ async fn a_backup_whose_files_disagree_with_its_records_is_refused_before_anythi
         let backup = run_backup(&req, &t, &watch_opts(2, &env.account))
             .await
             .unwrap();
-        let blobs = store(&t);
-        let manifest = load_manifest(&blobs, &backup.backup_id)
-            .await
-            .unwrap()
-            .unwrap();
-        let path = &manifest.tables[0].ranges[0].commit;
-        let mut commit = blobs.commit_record(path).await.unwrap();
+        let (path, mut commit) = first_commit(&t, &backup.backup_id).await;
         assert!(commit.entities > 0);
         let data = commit.blobs[0].name.clone();
         let client_of_blobs = blob_client(&t);
         let named = match damage {
             "record lost its blobs" => {
                 commit.blobs.clear();
-                overwrite_record(&t, path, &commit).await;
+                overwrite_record(&t, &path, &commit).await;
                 commit.task.clone()
             }
             "blob cut short" => {
@@ -1094,13 +1101,7 @@ async fn a_damaged_inline_blob_is_found_by_verify_and_never_restored() {
     let backup = run_backup(&req, &t, &watch_opts(1, &env.account))
         .await
         .unwrap();
-    let blobs = store(&t);
-    let manifest = load_manifest(&blobs, &backup.backup_id)
-        .await
-        .unwrap()
-        .unwrap();
-    let path = &manifest.tables[0].ranges[0].commit;
-    let mut commit = blobs.commit_record(path).await.unwrap();
+    let (path, mut commit) = first_commit(&t, &backup.backup_id).await;
     use base64::Engine;
     let b64 = base64::engine::general_purpose::STANDARD;
     let inline = commit.blobs[0]
@@ -1111,7 +1112,7 @@ async fn a_damaged_inline_blob_is_found_by_verify_and_never_restored() {
     let middle = bytes.len() / 2;
     bytes[middle] ^= 0x20;
     commit.blobs[0].inline = Some(b64.encode(&bytes));
-    overwrite_record(&t, path, &commit).await;
+    overwrite_record(&t, &path, &commit).await;
 
     let request = verify_request(&backup.backup_id, None);
     let checked = verify(&t, &request).await.unwrap();
@@ -1177,13 +1178,7 @@ async fn a_commit_record_with_a_malformed_blob_entry_is_refused_before_anything_
         let backup = run_backup(&req, &t, &watch_opts(1, &env.account))
             .await
             .unwrap();
-        let blobs = store(&t);
-        let manifest = load_manifest(&blobs, &backup.backup_id)
-            .await
-            .unwrap()
-            .unwrap();
-        let path = &manifest.tables[0].ranges[0].commit;
-        let mut commit = blobs.commit_record(path).await.unwrap();
+        let (path, mut commit) = first_commit(&t, &backup.backup_id).await;
         let blob = &mut commit.blobs[0];
         assert_eq!(blob.is_inline(), req.format == 2, "{damage}");
         match damage {
@@ -1200,7 +1195,7 @@ async fn a_commit_record_with_a_malformed_blob_entry_is_refused_before_anything_
             }
             _ => blob.name = String::new(),
         }
-        overwrite_record(&t, path, &commit).await;
+        overwrite_record(&t, &path, &commit).await;
 
         let request = verify_request(&backup.backup_id, None);
         let checked = verify(&t, &request).await.unwrap();
