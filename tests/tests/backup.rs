@@ -1425,6 +1425,19 @@ async fn a_failing_table_of_a_group_is_poisoned_alone() {
     );
 }
 
+/// Cuts backup `id`'s manifest short, as bit rot or a bad hand edit would: JSON that
+/// begins like a manifest of `format` and stops mid-key.
+async fn cut_manifest_short(t: &tablevault_coordinator::Location, id: &str, format: u32) {
+    blob_client(t)
+        .put_blob(
+            &BackupPaths::new(id).manifest(),
+            bytes::Bytes::from(format!(r#"{{"format": {format}, "backup_"#)),
+            &Default::default(),
+        )
+        .await
+        .unwrap();
+}
+
 /// Regression: a complete backup whose `manifest.json` could no longer be read (bit rot,
 /// a bad hand edit) was listed as damaged and could only be forgotten, though its
 /// records and data were whole. `status --wait` now rebuilds the manifest from the
@@ -1450,16 +1463,7 @@ async fn status_wait_rebuilds_an_unreadable_manifest_from_the_commit_records() {
     let blobs = store(&t);
     let before = load_manifest(&blobs, &id).await.unwrap().unwrap();
     let raw = blob_client(&t);
-    let paths = BackupPaths::new(&id);
-    let damage = || async {
-        raw.put_blob(
-            &paths.manifest(),
-            bytes::Bytes::from_static(br#"{"format": 1, "backup_"#),
-            &Default::default(),
-        )
-        .await
-        .unwrap();
-    };
+    let damage = || cut_manifest_short(&t, &id, 1);
     damage().await;
     let listed = tablevault_coordinator::listing::list(&blobs).await.unwrap();
     let damaged = listed.iter().find(|e| e.backup_id == id).unwrap();
@@ -1546,14 +1550,7 @@ async fn status_wait_rebuilds_the_manifest_of_a_backup_with_inline_ranges() {
             "small ranges are inline"
         );
     }
-    blob_client(&t)
-        .put_blob(
-            &BackupPaths::new(&id).manifest(),
-            bytes::Bytes::from_static(br#"{"format": 2, "backup_"#),
-            &Default::default(),
-        )
-        .await
-        .unwrap();
+    cut_manifest_short(&t, &id, 2).await;
     let wait = StatusOptions {
         wait: true,
         retry_poisoned: false,
