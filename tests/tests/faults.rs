@@ -13,13 +13,13 @@ mod support;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use support::{backup_of, watch_opts, worker_config};
+use support::{backup_of, restore_renamed, watch_opts, worker_config};
 use tablevault_azure::queue::QueueClient;
 use tablevault_azure::table::TableClient;
 use tablevault_azure::{ClientOptions, RetryPolicy, StorageAccount};
 use tablevault_coordinator::Location;
 use tablevault_coordinator::backup::{BackupRequest, run_backup};
-use tablevault_coordinator::restore::{RestoreRequest, run_restore};
+use tablevault_coordinator::restore::run_restore;
 use tablevault_tests::fault_proxy::{
     FaultCounts, FaultPlan, FaultProxy, proxied_connection_string,
 };
@@ -99,8 +99,7 @@ async fn backup_and_restore_under_faults(
     assert_eq!(backup.entities, source.len() as u64);
 
     let restored = unique_table("dst");
-    let mut r = RestoreRequest::new(&backup.backup_id, account.clone());
-    r.renames = vec![(table.clone(), restored.clone())];
+    let r = restore_renamed(&backup.backup_id, &account, &table, &restored);
     let restore = run_restore(&r, &t, &watch_opts(3, &account))
         .await
         .unwrap_or_else(|e| panic!("restore under {rate} faults, seed {seed}: {e}"));

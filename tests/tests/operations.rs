@@ -8,9 +8,9 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use support::{Setup, backup_of, numbered, store, watch_opts, worker_config};
+use support::{Setup, backup_of, numbered, restore_renamed, store, watch_opts, worker_config};
 use tablevault_coordinator::backup::{enqueue, plan, run_backup, watch};
-use tablevault_coordinator::restore::{RestoreRequest, run_restore};
+use tablevault_coordinator::restore::run_restore;
 use tablevault_core::store::BackupPaths;
 use tablevault_tests::{http_get, scan_all, unique_table};
 use tablevault_worker::metrics::WorkerMetrics;
@@ -143,8 +143,7 @@ async fn scraped_metrics_add_up_to_the_backup_and_restore_reports() {
 
     // The restore, through the same worker.
     let restored = unique_table("metricsdst");
-    let mut r = RestoreRequest::new(&backup.backup_id, env.account.clone());
-    r.renames = vec![(table.clone(), restored.clone())];
+    let r = restore_renamed(&backup.backup_id, &env.account, &table, &restored);
     let report = run_restore(&r, &t, &watch_opts(0, &env.account))
         .await
         .unwrap();
@@ -354,8 +353,12 @@ async fn a_restore_reports_percent_while_writing_and_while_reading_back() {
     let recorder = Arc::new(PhaseRecorder::default());
     let mut opts = watch_opts(2, &s.env.account);
     opts.progress = Some(recorder.clone());
-    let mut r = RestoreRequest::new(&backup.backup_id, s.env.account.clone());
-    r.renames = vec![(s.table.clone(), unique_table("restoreprogdst"))];
+    let r = restore_renamed(
+        &backup.backup_id,
+        &s.env.account,
+        &s.table,
+        &unique_table("restoreprogdst"),
+    );
     let report = run_restore(&r, &s.t, &opts).await.unwrap();
     assert_eq!(report.status, "complete", "{report:?}");
     let seen = recorder.0.lock().unwrap().clone();

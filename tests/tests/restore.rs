@@ -9,7 +9,8 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use support::{
-    Setup, back_up, backup_of, blob_client, numbered, store, target, watch_opts, worker_config,
+    Setup, back_up, backup_of, blob_client, numbered, restore_renamed, store, target, watch_opts,
+    worker_config,
 };
 use tablevault_azure::StorageAccount;
 use tablevault_azure::blob::PutOptions;
@@ -106,8 +107,7 @@ async fn every_type_round_trips_through_backup_and_restore() {
             .unwrap();
         assert_eq!(backup.status, "complete");
         let restored_table = unique_table("dst");
-        let mut r = RestoreRequest::new(&backup.backup_id, env.account.clone());
-        r.renames = vec![(table.clone(), restored_table.clone())];
+        let r = restore_renamed(&backup.backup_id, &env.account, &table, &restored_table);
         let report = run_restore(&r, &t, &watch_opts(2, &env.account))
             .await
             .unwrap();
@@ -146,8 +146,7 @@ async fn a_rate_capped_backup_and_restore_keep_the_cap_in_their_jobs() {
     assert_eq!(job.options.max_rate, Some(5_000));
 
     let restored_table = unique_table("capdst");
-    let mut r = RestoreRequest::new(&backup.backup_id, env.account.clone());
-    r.renames = vec![(table.clone(), restored_table.clone())];
+    let mut r = restore_renamed(&backup.backup_id, &env.account, &table, &restored_table);
     r.max_rate = Some(0);
     let refused = run_restore(&r, &t, &watch_opts(2, &env.account))
         .await
@@ -194,8 +193,7 @@ async fn thousands_of_entities_restore_per_block_and_per_blob() {
 
     for (per_blob_max, expected_tasks) in [(u64::MAX, n_blobs), (0, n_blocks)] {
         let dst = unique_table("dst");
-        let mut r = RestoreRequest::new(&backup.backup_id, env.account.clone());
-        r.renames = vec![(table.clone(), dst.clone())];
+        let mut r = restore_renamed(&backup.backup_id, &env.account, &table, &dst);
         r.per_blob_max_bytes = per_blob_max;
         let report = run_restore(&r, &t, &watch_opts(3, &env.account))
             .await
@@ -257,8 +255,7 @@ async fn each_mode_treats_existing_entities_as_documented() {
             .await
             .unwrap();
 
-        let mut r = RestoreRequest::new(&backup.backup_id, env.account.clone());
-        r.renames = vec![(table.clone(), dst.clone())];
+        let mut r = restore_renamed(&backup.backup_id, &env.account, &table, &dst);
         r.mode = mode;
         let report = run_restore(&r, &t, &watch_opts(2, &env.account))
             .await
@@ -404,8 +401,7 @@ async fn restore_under_way(s: &Setup, max_rate: Option<u32>, visibility: Duratio
         .await
         .unwrap();
     let dst = unique_table("dst");
-    let mut r = RestoreRequest::new(&backup.backup_id, s.env.account.clone());
-    r.renames = vec![(s.table.clone(), dst.clone())];
+    let mut r = restore_renamed(&backup.backup_id, &s.env.account, &s.table, &dst);
     r.max_rate = max_rate;
     let job = plan_and_enqueue(&r, &s.t).await.unwrap();
     let stats = Arc::new(WorkerStats::default());
@@ -501,8 +497,7 @@ async fn a_backup_whose_files_disagree_with_its_records_is_refused_before_anythi
 
         let dst = unique_table("lostdst");
         for (target_table, mode) in [(&table, RestoreMode::Replace), (&dst, RestoreMode::Upsert)] {
-            let mut r = RestoreRequest::new(&backup.backup_id, env.account.clone());
-            r.renames = vec![(table.clone(), target_table.clone())];
+            let mut r = restore_renamed(&backup.backup_id, &env.account, &table, target_table);
             r.mode = mode;
             let err = run_restore(&r, &t, &watch_opts(2, &env.account))
                 .await
@@ -561,8 +556,7 @@ async fn a_corrupt_block_is_reported_and_nothing_from_it_is_written() {
     );
 
     let dst = unique_table("dst");
-    let mut r = RestoreRequest::new(&backup.backup_id, env.account.clone());
-    r.renames = vec![(table.clone(), dst.clone())];
+    let r = restore_renamed(&backup.backup_id, &env.account, &table, &dst);
     let report = run_restore(&r, &t, &watch_opts(2, &env.account))
         .await
         .unwrap();
@@ -742,8 +736,7 @@ async fn the_check_after_writing_catches_a_target_changed_behind_its_back() {
     } = numbered("check", 5, 40).await;
     let backup = back_up(&env.account, &table, &t, 2).await;
     let dst = unique_table("dst");
-    let mut r = RestoreRequest::new(&backup.backup_id, env.account.clone());
-    r.renames = vec![(table.clone(), dst.clone())];
+    let mut r = restore_renamed(&backup.backup_id, &env.account, &table, &dst);
     r.verify = false;
     let job = plan_and_enqueue(&r, &t).await.unwrap();
     let written = watch(&t, &job, &env.account, &watch_opts(2, &env.account))
@@ -847,8 +840,7 @@ async fn a_mismatch_after_writing_fails_the_restore_with_exit_4() {
     } = numbered("mism", 2, 30).await;
     let backup = back_up(&env.account, &table, &t, 1).await;
     let dst = unique_table("dst");
-    let mut r = RestoreRequest::new(&backup.backup_id, env.account.clone());
-    r.renames = vec![(table.clone(), dst.clone())];
+    let r = restore_renamed(&backup.backup_id, &env.account, &table, &dst);
     let mut opts = watch_opts(2, &env.account);
     opts.progress = Some(Arc::new(DeleteWhenWritten {
         client: client.clone(),
@@ -915,8 +907,7 @@ async fn a_cancelled_restore_writes_nothing_more_and_cannot_be_resumed() {
     } = numbered("cancel", 3, 50).await;
     let backup = back_up(&env.account, &table, &t, 1).await;
     let dst = unique_table("dst");
-    let mut r = RestoreRequest::new(&backup.backup_id, env.account.clone());
-    r.renames = vec![(table.clone(), dst.clone())];
+    let r = restore_renamed(&backup.backup_id, &env.account, &table, &dst);
     let job = plan_and_enqueue(&r, &t).await.unwrap();
     let cancelled = cancel(&t, &job.restore_id).await.unwrap();
     assert_eq!(cancelled.status, "cancelled");
@@ -982,8 +973,7 @@ async fn a_restore_that_meets_its_backup_being_deleted_says_so() {
     s.delete_all(&commits).await.unwrap();
 
     let renamed = unique_table("gonecopy");
-    let mut req = RestoreRequest::new(id, env.account.clone());
-    req.renames = vec![(table.clone(), renamed.clone())];
+    let req = restore_renamed(id, &env.account, &table, &renamed);
     let err = run_restore(&req, &t, &watch_opts(1, &env.account))
         .await
         .unwrap_err();
@@ -1127,8 +1117,7 @@ async fn a_damaged_inline_blob_is_found_by_verify_and_never_restored() {
     );
 
     let dst = unique_table("dmginldst");
-    let mut r = RestoreRequest::new(&backup.backup_id, env.account.clone());
-    r.renames = vec![(table.clone(), dst.clone())];
+    let r = restore_renamed(&backup.backup_id, &env.account, &table, &dst);
     let report = run_restore(&r, &t, &watch_opts(1, &env.account))
         .await
         .unwrap();
@@ -1207,8 +1196,7 @@ async fn a_commit_record_with_a_malformed_blob_entry_is_refused_before_anything_
         );
 
         let dst = unique_table("shapedst");
-        let mut r = RestoreRequest::new(&backup.backup_id, env.account.clone());
-        r.renames = vec![(table.clone(), dst.clone())];
+        let r = restore_renamed(&backup.backup_id, &env.account, &table, &dst);
         let err = run_restore(&r, &t, &watch_opts(1, &env.account))
             .await
             .expect_err("a malformed record is refused");

@@ -10,7 +10,7 @@ mod support;
 use std::sync::Arc;
 use std::time::Duration;
 
-use support::{backup_of, numbered, store, watch_opts};
+use support::{backup_of, numbered, restore_renamed, store, watch_opts};
 use tablevault_azure::StorageAccount;
 use tablevault_coordinator::backup::{enqueue, plan, run_backup};
 use tablevault_coordinator::listing;
@@ -113,8 +113,7 @@ async fn prune_keeps_what_the_policy_and_the_protections_say_and_removes_the_res
     let [d10, d5, d2a, d2b, d1] = complete.clone().try_into().unwrap();
     // A restore of the 10-day-old backup, planned and left live (no workers).
     let target = s.table.clone() + "copy";
-    let mut rr = RestoreRequest::new(&d10, s.env.account.clone());
-    rr.renames = vec![(s.table.clone(), target)];
+    let rr = restore_renamed(&d10, &s.env.account, &s.table, &target);
     let restore_job = restore::plan_and_enqueue(&rr, &s.t).await.unwrap();
     // Two unfinished backups: one abandoned 9 days ago with an attempt's blob, one whose
     // worker beat an hour ago.

@@ -11,6 +11,7 @@ use tablevault_azure::blob::BlobClient;
 use tablevault_azure::table::{Entity, TableClient};
 use tablevault_cli::local_workers::InProcessWorkers;
 use tablevault_coordinator::backup::BackupRequest;
+use tablevault_coordinator::restore::RestoreRequest;
 use tablevault_coordinator::{Location, WatchOptions};
 use tablevault_core::store::Store;
 use tablevault_tests::{TestEnv, load_numbered, unique_lower, unique_table};
@@ -69,6 +70,19 @@ pub fn backup_of(account: &StorageAccount, table: &str) -> BackupRequest {
     let mut req = BackupRequest::new(account.clone());
     req.tables = Some(vec![table.to_string()]);
     req
+}
+
+/// A restore of backup `backup_id`'s table `from` into table `to` of the test's account,
+/// with defaults.
+pub fn restore_renamed(
+    backup_id: &str,
+    account: &StorageAccount,
+    from: &str,
+    to: &str,
+) -> RestoreRequest {
+    let mut r = RestoreRequest::new(backup_id, account.clone());
+    r.renames = vec![(from.to_string(), to.to_string())];
+    r
 }
 
 /// A complete backup of `table` into `t`, by `workers` in-process workers.
