@@ -1293,6 +1293,31 @@ async fn a_split_search_that_found_nothing_is_not_asked_again() {
     assert_eq!(read_backup(&blobs, &manifest, &table).await, source);
 }
 
+/// A page with no continuation, of the range's last query, holds all of its rest: a
+/// look for idle workers made when it arrives can find nothing to cut. Each such look
+/// had searched anyway (in the split model, 22 of the 64 probes a table of Zipf sizes
+/// falling with the key cost, every one ending in no cut). Here the second page ends
+/// the table, so the first page's look is not made and no probe is sent.
+#[tokio::test]
+async fn a_page_that_ends_the_range_is_not_searched_for_a_cut() {
+    let env = TestEnv::start().await;
+    let client = TableClient::new(&env.account).unwrap();
+    let table = unique_table("inhand");
+    let source = load_numbered(&client, &table, 19, 100).await;
+    let (conn, proxies) =
+        proxied_connection_string(&env.connection_string(), &FaultPlan::none()).await;
+    let through_proxy = StorageAccount::from_connection_string(&conn).unwrap();
+    let req = backup_of(&through_proxy, &table);
+    let (blobs, manifest) = complete_backup(&req, &target(&env.account), 1, 1_900).await;
+    let probes: Vec<String> = decoded_requests(&proxies[2])
+        .into_iter()
+        .filter(|l| l.contains("$top=1&") || l.contains("$top=1 "))
+        .collect();
+    assert_eq!(probes, Vec::<String>::new(), "the rest was in hand");
+    assert_eq!(manifest.tables[0].ranges.len(), 1);
+    assert_eq!(read_backup(&blobs, &manifest, &table).await, source);
+}
+
 /// Regression: with the first fruitless split search ending all looking, a first
 /// backup of a small tenant's keys below a large one's (1,000 under `acme-`, 19,000
 /// under `zeta-`) was read by its first task alone: its first look, with only the small
