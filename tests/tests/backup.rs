@@ -658,6 +658,36 @@ fn decoded_requests(proxy: &tablevault_tests::fault_proxy::FaultProxy) -> Vec<St
         .collect()
 }
 
+/// A numbered table of `partitions` × `per` entities (prefix `name`), backed up
+/// complete by `workers` in-process workers whose requests go through a proxy with
+/// `plan`, and checked exact: its manifest, and the proxies (the Table one is `[2]`).
+async fn numbered_backup_through_proxy(
+    env: &TestEnv,
+    name: &str,
+    (partitions, per): (usize, usize),
+    workers: usize,
+    plan: &FaultPlan,
+) -> (Manifest, Vec<tablevault_tests::fault_proxy::FaultProxy>) {
+    let client = TableClient::new(&env.account).unwrap();
+    let table = unique_table(name);
+    let source = load_numbered(&client, &table, partitions, per).await;
+    let (conn, proxies) = proxied_connection_string(&env.connection_string(), plan).await;
+    let through_proxy = StorageAccount::from_connection_string(&conn).unwrap();
+    let req = backup_of(&through_proxy, &table);
+    let entities = (partitions * per) as u64;
+    let (blobs, manifest) = complete_backup(&req, &target(&env.account), workers, entities).await;
+    assert_eq!(read_backup(&blobs, &manifest, &table).await, source);
+    (manifest, proxies)
+}
+
+/// The `$top=1` probes a proxy forwarded.
+fn probes_sent(proxy: &tablevault_tests::fault_proxy::FaultProxy) -> Vec<String> {
+    decoded_requests(proxy)
+        .into_iter()
+        .filter(|l| l.contains("$top=1&") || l.contains("$top=1 "))
+        .collect()
+}
+
 /// A task that splits goes on reading with a query that stops at the cut, so the service
 /// is not asked to read on into the part another task now holds (the emulator sorts
 /// every match of a query for each page it serves: a query left open to the end of the
@@ -665,14 +695,8 @@ fn decoded_requests(proxy: &tablevault_tests::fault_proxy::FaultProxy) -> Vec<St
 #[tokio::test]
 async fn a_task_that_splits_narrows_its_query_to_the_cut() {
     let env = TestEnv::start().await;
-    let client = TableClient::new(&env.account).unwrap();
-    let table = unique_table("narrow");
-    let source = load_numbered(&client, &table, 16, 500).await;
-    let (conn, proxies) =
-        proxied_connection_string(&env.connection_string(), &FaultPlan::none()).await;
-    let through_proxy = StorageAccount::from_connection_string(&conn).unwrap();
-    let req = backup_of(&through_proxy, &table);
-    let (blobs, manifest) = complete_backup(&req, &target(&env.account), 2, 8_000).await;
+    let (manifest, proxies) =
+        numbered_backup_through_proxy(&env, "narrow", (16, 500), 2, &FaultPlan::none()).await;
     let cuts: Vec<&EntityKey> = manifest.tables[0]
         .ranges
         .iter()
@@ -700,7 +724,6 @@ async fn a_task_that_splits_narrows_its_query_to_the_cut() {
         !narrowed.is_empty(),
         "no query stopped at a cut {cuts:?}: {queries:#?}"
     );
-    assert_eq!(read_backup(&blobs, &manifest, &table).await, source);
 }
 
 /// The next backup of the same account plans from the last one's block list: several
@@ -1259,9 +1282,6 @@ async fn the_worker_that_commits_the_last_task_finalizes_the_backup() {
 #[tokio::test]
 async fn a_split_search_that_found_nothing_is_not_asked_again() {
     let env = TestEnv::start().await;
-    let client = TableClient::new(&env.account).unwrap();
-    let table = unique_table("fruitless");
-    let source = load_numbered(&client, &table, 25, 100).await;
     // Every request slower than the least time between two looks, so each page's look
     // is due.
     let slow = FaultPlan {
@@ -1269,14 +1289,9 @@ async fn a_split_search_that_found_nothing_is_not_asked_again() {
         delay: std::time::Duration::from_millis(60),
         ..FaultPlan::none()
     };
-    let (conn, proxies) = proxied_connection_string(&env.connection_string(), &slow).await;
-    let through_proxy = StorageAccount::from_connection_string(&conn).unwrap();
-    let req = backup_of(&through_proxy, &table);
-    let (blobs, manifest) = complete_backup(&req, &target(&env.account), 1, 2_500).await;
-    let probes: Vec<String> = decoded_requests(&proxies[2])
-        .into_iter()
-        .filter(|l| l.contains("$top=1&") || l.contains("$top=1 "))
-        .collect();
+    let (manifest, proxies) =
+        numbered_backup_through_proxy(&env, "fruitless", (25, 100), 1, &slow).await;
+    let probes = probes_sent(&proxies[2]);
     assert!(
         !probes.is_empty(),
         "the first page's look searched for a cut"
@@ -1290,7 +1305,6 @@ async fn a_split_search_that_found_nothing_is_not_asked_again() {
         "a probe was sent twice: {probes:#?}"
     );
     assert_eq!(manifest.tables[0].ranges.len(), 1, "nothing to split");
-    assert_eq!(read_backup(&blobs, &manifest, &table).await, source);
 }
 
 /// A page with no continuation, of the range's last query, holds all of its rest: a
@@ -1301,21 +1315,14 @@ async fn a_split_search_that_found_nothing_is_not_asked_again() {
 #[tokio::test]
 async fn a_page_that_ends_the_range_is_not_searched_for_a_cut() {
     let env = TestEnv::start().await;
-    let client = TableClient::new(&env.account).unwrap();
-    let table = unique_table("inhand");
-    let source = load_numbered(&client, &table, 19, 100).await;
-    let (conn, proxies) =
-        proxied_connection_string(&env.connection_string(), &FaultPlan::none()).await;
-    let through_proxy = StorageAccount::from_connection_string(&conn).unwrap();
-    let req = backup_of(&through_proxy, &table);
-    let (blobs, manifest) = complete_backup(&req, &target(&env.account), 1, 1_900).await;
-    let probes: Vec<String> = decoded_requests(&proxies[2])
-        .into_iter()
-        .filter(|l| l.contains("$top=1&") || l.contains("$top=1 "))
-        .collect();
-    assert_eq!(probes, Vec::<String>::new(), "the rest was in hand");
+    let (manifest, proxies) =
+        numbered_backup_through_proxy(&env, "inhand", (19, 100), 1, &FaultPlan::none()).await;
+    assert_eq!(
+        probes_sent(&proxies[2]),
+        Vec::<String>::new(),
+        "the rest was in hand"
+    );
     assert_eq!(manifest.tables[0].ranges.len(), 1);
-    assert_eq!(read_backup(&blobs, &manifest, &table).await, source);
 }
 
 /// Regression: with the first fruitless split search ending all looking, a first
