@@ -1772,12 +1772,14 @@ fn backup_model_probing<P: KeyProbe>(
                 done.push(task.read);
                 continue;
             }
+            // The page read ahead, inside the range.
+            let ahead = &t.0[task.at
+                ..(task.at..(task.at + 1000).min(t.0.len()))
+                    .find(|&i| !in_range(i, &task.end))
+                    .unwrap_or((task.at + 1000).min(t.0.len()))];
             // As the worker: a page read ahead that ends the range (less than a page
             // of it left) holds all of its rest, and no look is made.
-            let left = (task.at..(task.at + 1000).min(t.0.len()))
-                .take_while(|&i| in_range(i, &task.end))
-                .count();
-            if left < 1000 {
+            if ahead.len() < 1000 {
                 still.push(task);
                 continue;
             }
@@ -1799,11 +1801,6 @@ fn backup_model_probing<P: KeyProbe>(
             };
             if let Some(outweigh) = outweigh {
                 let after = &t.0[task.at - 1];
-                // The page read ahead, inside the range.
-                let ahead = &t.0[task.at
-                    ..(task.at..(task.at + 1000).min(t.0.len()))
-                        .find(|&i| !in_range(i, &task.end))
-                        .unwrap_or((task.at + 1000).min(t.0.len()))];
                 let next = ahead.iter().find(|k| k.pk != after.pk);
                 // What it read of the partition it is in.
                 let task_first = task.first.unwrap();
