@@ -244,6 +244,11 @@ struct CutInputs<'a> {
     /// Whether a remainder the read measures too small to split is checked with a
     /// sample ([`checked_small`]).
     check_small: bool,
+    /// Whether the first piece may start at `lo` itself (the next partition, which the
+    /// task need not read): then a task that has read a piece's worth keeps none of the
+    /// remainder ([`share::fan_out_shares_after`]). Not inside a partition, where `lo`
+    /// is the last key read.
+    stop_at_lo: bool,
 }
 
 /// A cut [`decide`] placed.
@@ -304,7 +309,15 @@ async fn decide(
         )
     };
     let fan = |cut: &CutShare, hi: Option<&str>| {
-        fan_out(input.read_from, cut, input.lo, hi, input.outweigh).filter(|_| input.pieces_allowed)
+        fan_out(
+            input.read_from,
+            cut,
+            input.lo,
+            hi,
+            input.outweigh,
+            input.stop_at_lo.then_some(input.task_read),
+        )
+        .filter(|_| input.pieces_allowed)
     };
     let read = input.read_from.map_or(0, |r| r.1).max(1) as f64;
     let read_from = input.read_from.map(|(from, _)| from);
@@ -718,6 +731,7 @@ pub async fn find_split(
                 task_read,
                 pieces_allowed: unpaced && !skewed && pieces_allowed,
                 check_small,
+                stop_at_lo: true,
             };
             let Some(cut) = decide(&mut p, &across, hi, &input).await? else {
                 return Ok(None);
@@ -810,6 +824,7 @@ pub async fn find_split(
                 task_read,
                 pieces_allowed,
                 check_small: false,
+                stop_at_lo: false,
             };
             let Some(cut) = decide(&mut p, &inside, hi, &input).await? else {
                 // The rest of a large partition too small to split, with partitions

@@ -267,6 +267,22 @@ pub const MAX_PIECES: u64 = 16;
 /// Cut in two, a task that had read 4,000 while pieces of 2,600 waited kept half of
 /// the rest too and ended at 6,400.
 pub fn fan_out_shares(read: u64, rest: f64, waiting: Option<u64>) -> Option<(Vec<f64>, u64)> {
+    fan_out_shares_after(read, None, rest, waiting)
+}
+
+/// [`fan_out_shares`], where the task has read `done` entities in all (the density
+/// leaves large partitions out of `read`) and may stop right where the remainder
+/// starts: once it has read a piece's worth, it keeps none of the remainder (the first
+/// share is 0). Keeping a fifth of a piece, with the rest of the partition it was
+/// reading and the partitions below the cut, a task of Zipf sizes falling with the key
+/// that had read four partitions of 1,000-1,800 ended at 5,590 entities beside pieces
+/// of 1,700-2,000 (on the emulator, 50,000 entities: 2.35 times the mean).
+pub fn fan_out_shares_after(
+    read: u64,
+    done: Option<u64>,
+    rest: f64,
+    waiting: Option<u64>,
+) -> Option<(Vec<f64>, u64)> {
     if !rest.is_finite() || rest <= 0.0 {
         return None;
     }
@@ -276,7 +292,10 @@ pub fn fan_out_shares(read: u64, rest: f64, waiting: Option<u64>) -> Option<(Vec
     let piece = (PIECE_ENTITIES as f64)
         .max(total / MAX_PIECES as f64)
         .max(waiting.map_or(read as f64, |w| w as f64));
-    let kept = (piece - read as f64).max(MIN_SHARE * piece);
+    let kept = match done {
+        Some(done) if done as f64 >= piece => 0.0,
+        _ => (piece - read as f64).max(MIN_SHARE * piece),
+    };
     let upper = rest - kept;
     // Beside waiting tasks, pieces a little smaller than theirs beat one cut in two,
     // which leaves the splitter half of the rest on top of what it read.
@@ -303,7 +322,12 @@ pub fn fan_out_shares(read: u64, rest: f64, waiting: Option<u64>) -> Option<(Vec
 fn fan_out_points(lo: &str, hi: &str, shares: &[f64], read: &[&str]) -> Option<Vec<String>> {
     let mut points: Vec<String> = Vec::with_capacity(shares.len());
     for &share in shares {
-        if let Some(at) = point_below(lo, hi, share, read)
+        let at = if share == 0.0 {
+            Some(lo.to_string())
+        } else {
+            point_below(lo, hi, share, read)
+        };
+        if let Some(at) = at
             && points.last().is_none_or(|p| cmp_keys(&at, p).is_gt())
         {
             points.push(at);
@@ -321,8 +345,9 @@ pub(super) fn fan_out(
     reached: &str,
     hi: Option<&str>,
     waiting: Option<u64>,
+    done: Option<u64>,
 ) -> Option<(Vec<String>, u64)> {
     let (from, read) = read_from?;
-    let (shares, size) = fan_out_shares(read, cut.rest?, waiting)?;
+    let (shares, size) = fan_out_shares_after(read, done, cut.rest?, waiting)?;
     Some((fan_out_points(reached, hi?, &shares, &[from])?, size))
 }
