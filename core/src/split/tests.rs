@@ -421,6 +421,55 @@ fn a_task_that_has_read_a_piece_keeps_none_of_the_rest() {
     assert!(!split.pieces.is_empty(), "{split:?}");
 }
 
+/// A task that has read 2,500 entities, all of one partition that has ended, with no
+/// task waiting: nothing measures the partitions after it, and the rest goes on from
+/// the next one, which the page read ahead shows, with no probe. Halved by probes, the
+/// cut sent several and left the splitter the partitions below it.
+#[test]
+fn a_remainder_nothing_measures_goes_on_from_the_next_partition() {
+    let mut keys: Vec<EntityKey> = (0..2_500)
+        .map(|i| EntityKey::new("a", format!("{i:05}")))
+        .collect();
+    keys.extend((0..20_000).map(|i| EntityKey::new(format!("b{i:05}"), "r")));
+    let t = Sorted::new(keys);
+    let end = EntityKey::partition_start("c");
+    let split_after = |entities: usize, outweigh: Option<u64>| {
+        let read = ReadSoFar {
+            first: &t.0[0],
+            entities: entities as u64,
+            partition: Some(PartitionRead {
+                first_rk: "00000",
+                entities: entities as u64,
+                continues: false,
+                more: false,
+                next_rk: None,
+            }),
+            largest_partition: entities as u64,
+            last_page: None,
+            recent_pages: None,
+            planned: true,
+        };
+        run(find_split(
+            &t,
+            &t.0[entities - 1],
+            Some(&t.0[2_500]),
+            Some(&end),
+            None,
+            Some(read),
+            outweigh,
+            true,
+        ))
+        .unwrap()
+    };
+    let split = split_after(2_500, None).expect("a split");
+    assert_eq!(split.at, EntityKey::partition_start("b00000"), "{split:?}");
+    assert_eq!(split.probes, 0, "{split:?}");
+    // Beside a waiting task, the splitter does not hand on what nothing measures.
+    assert!(
+        split_after(2_500, Some(1_000)).is_none_or(|s| s.at > EntityKey::partition_start("b00000"))
+    );
+}
+
 #[test]
 fn a_ceiling_just_above_hex_keys_does_not_widen_their_space() {
     // A ceiling search over hex keys ends at `g`, the next letter: the hex space
@@ -1991,7 +2040,7 @@ fn four_workers_share_every_shape() {
         ("sequential", sequential(50_000), 2.0),
         ("guid", guid_partitions(20_000), 2.0),
         ("one partition", one_partition("p", 50_000), 2.0),
-        ("every region", keys_of_every_region(50_000), 2.5),
+        ("every region", keys_of_every_region(50_000), 2.0),
         (
             "shared prefix",
             shared_prefix_then_every_region(50_000),
@@ -2048,8 +2097,11 @@ fn four_workers_share_every_shape() {
         // probes each (36; 54 searching pages that end the range, 147 when each cut
         // galloped up from the last GUID read). Before pages that end the range went
         // unsearched, shapes were held to 60 probes (shared prefixes sent 47, now 31).
+        // Since a remainder nothing measures goes on from the next partition, every
+        // region makes 25 tasks, not 17, each searching its own cuts: 90 probes where
+        // 58 were, its largest task 1.70 times the mean, not 2.14.
         let most_probes = match name {
-            "every region" => 64,
+            "every region" => 96,
             "Zipf sizes falling with the key" => 50,
             _ => MODEL_PROBES,
         };
