@@ -255,7 +255,13 @@ impl BackupAttempt<'_> {
                 Ok(TaskKind::Backup {
                     estimate: Some(e), ..
                 }) => Some(e),
-                _ => return SplitLook::default(),
+                _ => {
+                    tracing::debug!(
+                        read = read.entities,
+                        "a task of unknown size waits on the queue; not splitting"
+                    );
+                    return SplitLook::default();
+                }
             },
             Ok(Some(_)) | Err(_) => return SplitLook::default(),
         };
@@ -277,6 +283,12 @@ impl BackupAttempt<'_> {
         {
             Ok(Some(s)) => s,
             Ok(None) => {
+                tracing::debug!(
+                    read = read.entities,
+                    probes = probe.sent(),
+                    waiting = ?outweigh,
+                    "looked for a cut for idle workers; found none worth making"
+                );
                 return SplitLook {
                     split_off: Vec::new(),
                     fruitless: outweigh.is_none() && probe.sent() > 0,
