@@ -244,12 +244,6 @@ struct CutInputs<'a> {
     /// Whether a remainder the read measures too small to split is checked with a
     /// sample ([`checked_small`]).
     check_small: bool,
-    /// Whether a cut may fall at `lo` itself (the next partition, which the task need
-    /// not read): then a task that has read a piece's worth keeps none of the remainder
-    /// ([`share::fan_out_shares_after`]), nor one that has read enough to split where
-    /// nothing measures the remainder ([`decide`]). Not inside a partition, where `lo`
-    /// is the last key read.
-    stop_at_lo: bool,
 }
 
 /// A cut [`decide`] placed.
@@ -309,6 +303,12 @@ async fn decide(
             input.task_read,
         )
     };
+    // Between partitions a cut may fall at `lo` itself (the next partition, which the
+    // task need not read): then a task that has read a piece's worth keeps none of the
+    // remainder ([`share::fan_out_shares_after`]), nor one that has read enough to
+    // split where nothing measures the remainder (below). Not inside a partition,
+    // where `lo` is the last key read.
+    let stop_at_lo = matches!(dim, Dimension::Partitions { .. });
     let fan = |cut: &CutShare, hi: Option<&str>| {
         fan_out(
             input.read_from,
@@ -316,7 +316,7 @@ async fn decide(
             input.lo,
             hi,
             input.outweigh,
-            input.stop_at_lo.then_some(input.task_read),
+            stop_at_lo.then_some(input.task_read),
         )
         .filter(|_| input.pieces_allowed)
     };
@@ -428,7 +428,7 @@ async fn decide(
         // cut spent up to ten of them and still left the splitter the partitions
         // below it, however large: in the split model over 200 random table shapes,
         // 13 had a task of over a quarter of the table, 6 with this cut.
-        None if input.stop_at_lo
+        None if stop_at_lo
             && !cut.by_value
             && cut.rest.is_none()
             && input.outweigh.is_none()
@@ -750,7 +750,6 @@ pub async fn find_split(
                 task_read,
                 pieces_allowed: unpaced && !skewed && pieces_allowed,
                 check_small,
-                stop_at_lo: true,
             };
             let Some(cut) = decide(&mut p, &across, hi, &input).await? else {
                 return Ok(None);
@@ -843,7 +842,6 @@ pub async fn find_split(
                 task_read,
                 pieces_allowed,
                 check_small: false,
-                stop_at_lo: false,
             };
             let Some(cut) = decide(&mut p, &inside, hi, &input).await? else {
                 // The rest of a large partition too small to split, with partitions
