@@ -488,6 +488,31 @@ async fn a_first_look_that_finds_no_cut_is_not_the_last() {
     );
 }
 
+/// Regression: a look that finds the piece this task split off at its last look still
+/// waiting, while idle workers' claims are under way, splits as if it had been claimed.
+/// A table of 5,999 dates (the split soak's seed 38): the first cut, at page one, put
+/// a third of what its estimate said above it; at the next page, prefetched, that piece
+/// still waited, so the task did not split beside it, and at the page after, the 1,851
+/// left were under what a split needs: one task read 4,851.
+#[tokio::test]
+async fn a_piece_still_being_claimed_does_not_stop_the_next_split() {
+    let env = TestEnv::start().await;
+    let client = TableClient::new(&env.account).unwrap();
+    let (name, keys) = soak_shapes(38)
+        .into_iter()
+        .find(|(name, _)| *name == "Dates")
+        .unwrap();
+    let table = unique_table(name);
+    let count = load_entity_keys(&client, &table, keys).await.len() as u64;
+    let req = backup_of(&env.account, &table);
+    let (_, manifest) = complete_backup(&req, &target(&env.account), 4, count).await;
+    let largest = manifest.tables[0].ranges.iter().map(|r| r.entities).max();
+    assert!(
+        largest.is_some_and(|n| n * 4 <= count * 3),
+        "one task read {largest:?} of {count}"
+    );
+}
+
 /// Dynamic splits (by PartitionKey, by RowKey inside a partition, in pieces for idle
 /// workers) and the next backup's plan from block boundaries tile tables whose keys come
 /// from the whole alphabet: many partitions of random keys, one partition of random
