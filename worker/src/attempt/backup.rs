@@ -122,12 +122,26 @@ struct SplitLook {
     split_off: Vec<PlannedTask>,
     /// Nothing waited on the queue and a search that sent probes found no cut.
     fruitless: bool,
-    /// The messages of the tasks split off for idle workers (nothing waited on the
-    /// queue), as queued: the next look does not take one of them, still waiting, for
-    /// a sign that no worker is idle.
-    queued_for_idle: Vec<String>,
-    /// Until when their claims may be under way: three times the queue's answer took.
-    claims_until: Option<Instant>,
+    /// The tasks split off for idle workers (nothing waited on the queue).
+    queued_for_idle: Option<QueuedForIdle>,
+}
+
+/// Tasks a look queued for workers that were idle: until their claims have had time,
+/// the next look does not take one of them, still waiting, for a sign that no worker
+/// is idle.
+struct QueuedForIdle {
+    /// Their messages, as queued.
+    texts: Vec<String>,
+    /// Until when their claims may be under way: three times what queueing took.
+    until: Instant,
+}
+
+impl QueuedForIdle {
+    /// Whether `text`, found waiting by a look begun at `looked`, is one of these
+    /// whose claim may be under way.
+    fn being_claimed(&self, text: &str, looked: Instant) -> bool {
+        looked <= self.until && self.texts.iter().any(|t| t == text)
+    }
 }
 
 /// What a scan covered.
@@ -240,11 +254,12 @@ impl BackupAttempt<'_> {
         seen_next: Option<&EntityKey>,
         end: Option<&EntityKey>,
         read: ReadSoFar<'_>,
-        own_pieces: &[String],
+        own_pieces: Option<&QueuedForIdle>,
     ) -> SplitLook {
         // Where partitions have a rate (Azure), the rest of one is read fastest by one
         // task, and a remainder is only cut in two (`find_split`).
         let unpaced = !self.partitions_paced();
+        let looked = Instant::now();
         let outweigh = match splitting.queue.first_waiting().await {
             Ok(None) => {
                 // The job's end is coming: workers that find no task turn idle, and
@@ -261,7 +276,9 @@ impl BackupAttempt<'_> {
             // splits: on Azurite a table of 5,999 dates, whose first piece held a third
             // of what its estimate said, had one task read 4,851 (the split soak's seed
             // 38). Past that time the piece waits because no worker is idle.
-            Ok(Some(text)) if unpaced && own_pieces.contains(&text) => {
+            Ok(Some(text))
+                if unpaced && own_pieces.is_some_and(|o| o.being_claimed(&text, looked)) =>
+            {
                 tracing::debug!(
                     read = read.entities,
                     "the task split off at the last look still waits for an idle worker's claim"
@@ -352,7 +369,7 @@ impl BackupAttempt<'_> {
         let put_started = Instant::now();
         let results =
             futures::future::join_all(texts.iter().map(|t| splitting.queue.put(t, None))).await;
-        let claims_until = Some(Instant::now() + 3 * put_started.elapsed());
+        let claims_until = Instant::now() + 3 * put_started.elapsed();
         // The pieces queued from the top down without a gap are split off; a piece
         // below a failed put stays with this task. A put that failed may still have
         // landed: then that task only repeats part of this one, and whichever commits
@@ -361,11 +378,10 @@ impl BackupAttempt<'_> {
         if let Some(Err(e)) = results.iter().rev().find(|r| r.is_err()) {
             tracing::debug!(error = %e, queued, "could not queue a split-off task; this task keeps the pieces below it");
         }
-        let queued_for_idle: Vec<String> = if outweigh.is_none() {
-            texts.iter().skip(results.len() - queued).cloned().collect()
-        } else {
-            Vec::new()
-        };
+        let queued_for_idle = (outweigh.is_none() && queued > 0).then(|| QueuedForIdle {
+            texts: texts.iter().skip(results.len() - queued).cloned().collect(),
+            until: claims_until,
+        });
         let split_off: Vec<PlannedTask> = messages
             .into_iter()
             .skip(results.len() - queued)
@@ -382,7 +398,6 @@ impl BackupAttempt<'_> {
             split_off,
             fruitless: false,
             queued_for_idle,
-            claims_until,
         }
     }
 
@@ -488,10 +503,8 @@ impl BackupAttempt<'_> {
             let mut look_due = false;
             // Fruitless searches so far, and looks still to skip after the last one.
             let (mut fruitless_searches, mut looks_to_skip) = (0u32, 0u32);
-            // The messages the last look queued for idle workers, and until when their
-            // claims may still be under way.
-            let mut own_pieces: Vec<String> = Vec::new();
-            let mut claims_until: Option<Instant> = None;
+            // The tasks the last look queued for idle workers.
+            let mut own_pieces: Option<QueuedForIdle> = None;
             'pages: loop {
                 let page = tokio::select! {
                     page = rx.recv() => page,
@@ -547,15 +560,10 @@ impl BackupAttempt<'_> {
                             seen_next.as_ref(),
                             end.as_ref(),
                             so_far,
-                            if claims_until.is_some_and(|t| Instant::now() <= t) {
-                                &own_pieces
-                            } else {
-                                &[]
-                            },
+                            own_pieces.as_ref(),
                         )
                         .await;
                     own_pieces = look.queued_for_idle;
-                    claims_until = look.claims_until;
                     if look.fruitless {
                         fruitless_searches += 1;
                         looks_to_skip = (1u32 << fruitless_searches.min(16)) - 1;
@@ -884,7 +892,7 @@ mod tests {
         let root = paths.heartbeats_root();
         memory.put("a task waiting", None).await.unwrap();
         let look = attempt
-            .try_split(&splitting, &after, None, None, read, &[])
+            .try_split(&splitting, &after, None, None, read, None)
             .await;
         assert!(look.split_off.is_empty());
         assert_eq!(
@@ -898,7 +906,7 @@ mod tests {
             .await
             .unwrap();
         let look = attempt
-            .try_split(&splitting, &after, None, None, read, &[])
+            .try_split(&splitting, &after, None, None, read, None)
             .await;
         assert!(look.split_off.is_empty(), "the table cannot be probed");
         assert!(fleet.queue_seen_empty_at(&store, &root).is_some());
@@ -907,6 +915,24 @@ mod tests {
             None,
             "another job's"
         );
+    }
+
+    /// A task queued for idle workers counts as being claimed only while their claims
+    /// have had no time (then a look does not take it for a sign that none is idle),
+    /// and only for the messages queued: another task's waits.
+    #[test]
+    fn a_piece_counts_as_being_claimed_only_for_a_while() {
+        let queued = QueuedForIdle {
+            texts: vec!["piece".to_string()],
+            until: Instant::now() + Duration::from_secs(60),
+        };
+        assert!(queued.being_claimed("piece", Instant::now()));
+        assert!(!queued.being_claimed("another task", Instant::now()));
+        let past = QueuedForIdle {
+            texts: vec!["piece".to_string()],
+            until: Instant::now() - Duration::from_millis(1),
+        };
+        assert!(!past.being_claimed("piece", Instant::now()));
     }
 
     #[tokio::test]
