@@ -525,6 +525,8 @@ async fn splits_tile_tables_whose_keys_come_from_the_whole_alphabet() {
     let from: u64 = env_number("TABLEVAULT_SPLIT_SEED_FROM", 0);
     for seed in from..from + seeds {
         for (name, keys) in soak_shapes(seed) {
+            // Which seed a failure (or a hang of the emulator) came in, with --nocapture.
+            eprintln!("split soak: seed {seed}, {name}, {} keys", keys.len());
             let table = unique_table(name);
             let source = load_entity_keys(&client, &table, keys).await;
             let count = source.len() as u64;
