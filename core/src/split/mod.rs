@@ -708,7 +708,18 @@ pub async fn find_split(
                 _ if !may_search => known,
                 Some(bound) => {
                     let from = read.map(|r| r.first.pk.as_str());
-                    let tighter = tighten(&mut p, &across, from, &next.pk, &bound).await?;
+                    // Searched below the bound: what lies at or above a learned ceiling
+                    // is known, and asks nothing (tenants under a ceiling of `{` asked
+                    // `{` again on every search for a tighter one).
+                    let bound_start = EntityKey::partition_start(&bound);
+                    let below_bound = Dimension::Partitions {
+                        end: if end.is_none_or(|e| cmp_keys(&bound, &e.pk).is_lt()) {
+                            Some(&bound_start)
+                        } else {
+                            end
+                        },
+                    };
+                    let tighter = tighten(&mut p, &below_bound, from, &next.pk, &bound).await?;
                     if let Some(t) = &tighter {
                         learned = Some(EntityKey::partition_start(t));
                     }

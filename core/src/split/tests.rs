@@ -840,6 +840,42 @@ fn a_far_inherited_ceiling_is_tightened_before_the_rest_is_measured() {
     );
 }
 
+/// The search for a ceiling tighter than the one a task inherited asked again whether
+/// keys reach the inherited one (`{`, above tenants under `aaa-` and `zzz-`), whose
+/// answer is known: no key does. In the split model that was one probe of every
+/// such search (tenants of dates: 42 probes, 38 without them). Now it asks nothing
+/// at or above it, and finds the same ceiling.
+#[test]
+fn a_search_below_an_inherited_ceiling_asks_nothing_at_or_above_it() {
+    let t = two_tenants("aaa", "zzz", (2_500, 47_500), 50);
+    let far = EntityKey::partition_start("{");
+    let asked = std::sync::Mutex::new(Vec::new());
+    let recording = Recording(&t, &asked);
+    let counting = CountingProbe::new(&recording);
+    let from = 10_000;
+    let i = from + 1_999;
+    let next = t.0[i + 1..].iter().find(|k| k.pk != t.0[i].pk).unwrap();
+    let cut = run(find_split(
+        &counting,
+        &t.0[i],
+        Some(next),
+        None,
+        Some(&far),
+        Some(plain_read(&t.0[from], 2_000)),
+        None,
+        true,
+    ))
+    .unwrap()
+    .expect("the large tenant's rest is cut");
+    let asked = asked.lock().unwrap().clone();
+    assert!(
+        asked.iter().all(|v| v.as_str() < "{"),
+        "asked at or above the inherited ceiling: {asked:?}"
+    );
+    let ceiling = cut.ceiling.expect("a tighter ceiling passed on");
+    assert!(ceiling < far && ceiling > t.0[t.0.len() - 1], "{ceiling:?}");
+}
+
 /// The ceiling a search finds above `lo` among the RowKeys of partition `p` of `t`
 /// (stopping where `settled` says), and the probes it sent.
 fn row_ceiling(
@@ -881,6 +917,19 @@ fn a_ceiling_just_past_where_keys_vary_is_searched_one_place_finer() {
     );
 }
 
+/// Answers from a sorted table and notes the value each PartitionKey probe asked from.
+struct Recording<'a>(&'a Sorted, &'a std::sync::Mutex<Vec<String>>);
+
+#[async_trait]
+impl KeyProbe for Recording<'_> {
+    async fn first_key(&self, probe: Probe<'_>) -> tablevault_azure::Result<Option<EntityKey>> {
+        if let Probe::Partition { from, .. } = probe {
+            self.1.lock().unwrap().push(from.to_string());
+        }
+        self.0.first_key(probe).await
+    }
+}
+
 /// A ceiling search inside a bound (the cluster a task is reading, below a small
 /// tenant's keys far above) asked whether keys reach values at or past that bound: `b`,
 /// `aaa-1` and `aaa-001` below an end of `aaa-001`, three whole-table filters on the
@@ -889,16 +938,6 @@ fn a_ceiling_just_past_where_keys_vary_is_searched_one_place_finer() {
 fn a_ceiling_search_asks_nothing_its_bound_already_answers() {
     let t = two_tenants("zzz", "aaa", (47_500, 2_500), 50);
     let asked = std::sync::Mutex::new(Vec::new());
-    struct Recording<'a>(&'a Sorted, &'a std::sync::Mutex<Vec<String>>);
-    #[async_trait]
-    impl KeyProbe for Recording<'_> {
-        async fn first_key(&self, probe: Probe<'_>) -> tablevault_azure::Result<Option<EntityKey>> {
-            if let Probe::Partition { from, .. } = probe {
-                self.1.lock().unwrap().push(from.to_string());
-            }
-            self.0.first_key(probe).await
-        }
-    }
     let end = EntityKey::partition_start("aaa-001");
     let mut p = probe::Prober {
         probe: &Recording(&t, &asked),
