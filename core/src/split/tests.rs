@@ -783,6 +783,31 @@ fn a_cut_by_value_that_would_fall_in_a_gap_is_measured_against_the_cluster() {
     assert_eq!(plain.probes, 0, "{plain:?}");
 }
 
+/// The split of an unbounded range of `t` under `ceiling`, by a task that read `read`
+/// keys from key `from`, the page read ahead showing the next partition.
+fn split_unbounded(
+    probe: &dyn KeyProbe,
+    t: &Sorted,
+    from: usize,
+    read: usize,
+    ceiling: &EntityKey,
+    outweigh: Option<u64>,
+) -> Option<Split> {
+    let i = from + read - 1;
+    let next = t.0[i + 1..].iter().find(|k| k.pk != t.0[i].pk).unwrap();
+    run(find_split(
+        probe,
+        &t.0[i],
+        Some(next),
+        None,
+        Some(ceiling),
+        Some(plain_read(&t.0[from], read as u64)),
+        outweigh,
+        true,
+    ))
+    .unwrap()
+}
+
 /// A task reading a large tenant under a far ceiling (the next letter above its keys,
 /// inherited from the table's first split) measured no density against it. While
 /// split-off tasks waited it did not split at all, and read the rest alone (a model
@@ -799,20 +824,8 @@ fn a_far_inherited_ceiling_is_tightened_before_the_rest_is_measured() {
     let far = EntityKey::partition_start("{");
     let from = 20_000;
     let split = |read: usize, outweigh| {
-        let i = from + read - 1;
-        let next = t.0[i + 1..].iter().find(|k| k.pk != t.0[i].pk).unwrap();
         let counting = CountingProbe::new(&t);
-        let found = run(find_split(
-            &counting,
-            &t.0[i],
-            Some(next),
-            None,
-            Some(&far),
-            Some(plain_read(&t.0[from], read as u64)),
-            outweigh,
-            true,
-        ))
-        .unwrap();
+        let found = split_unbounded(&counting, &t, from, read, &far, outweigh);
         (found, counting.sent())
     };
     for (read, outweigh) in [(2_000, None), (2_500, Some(2_500))] {
@@ -852,21 +865,8 @@ fn a_search_below_an_inherited_ceiling_asks_nothing_at_or_above_it() {
     let asked = std::sync::Mutex::new(Vec::new());
     let recording = Recording(&t, &asked);
     let counting = CountingProbe::new(&recording);
-    let from = 10_000;
-    let i = from + 1_999;
-    let next = t.0[i + 1..].iter().find(|k| k.pk != t.0[i].pk).unwrap();
-    let cut = run(find_split(
-        &counting,
-        &t.0[i],
-        Some(next),
-        None,
-        Some(&far),
-        Some(plain_read(&t.0[from], 2_000)),
-        None,
-        true,
-    ))
-    .unwrap()
-    .expect("the large tenant's rest is cut");
+    let cut = split_unbounded(&counting, &t, 10_000, 2_000, &far, None)
+        .expect("the large tenant's rest is cut");
     let asked = asked.lock().unwrap().clone();
     assert!(
         asked.iter().all(|v| v.as_str() < "{"),
