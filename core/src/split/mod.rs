@@ -599,7 +599,7 @@ pub async fn find_split(
     outweigh: Option<u64>,
     unpaced: bool,
 ) -> tablevault_azure::Result<Option<Split>> {
-    let mut p = Prober { probe, sent: 0 };
+    let mut p = Prober::new(probe);
     let task_read = read.map_or(0, |r| r.entities);
     let outread = outweigh.is_some_and(|w| outreads(task_read, w));
     // Pieces go to idle workers from a planned range with nothing waiting, or from any

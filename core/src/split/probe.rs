@@ -286,15 +286,34 @@ impl Dimension<'_> {
 pub(super) struct Prober<'a> {
     pub(super) probe: &'a dyn KeyProbe,
     pub(super) sent: usize,
+    /// The questions of this split answered so far, each asked once: the searches of
+    /// one split can come to the same question (the class ladder below a cluster's
+    /// bound asked one twice in a row), and the answer would be the same.
+    answered: Vec<(String, Option<EntityKey>)>,
 }
 
-impl Prober<'_> {
+impl<'a> Prober<'a> {
+    /// A prober that has sent nothing yet.
+    pub(super) fn new(probe: &'a dyn KeyProbe) -> Self {
+        Prober {
+            probe,
+            sent: 0,
+            answered: Vec::new(),
+        }
+    }
+
     pub(super) async fn ask(
         &mut self,
         probe: Probe<'_>,
     ) -> tablevault_azure::Result<Option<EntityKey>> {
+        let question = format!("{probe:?}");
+        if let Some((_, answer)) = self.answered.iter().find(|(q, _)| *q == question) {
+            return Ok(answer.clone());
+        }
         self.sent += 1;
-        self.probe.first_key(probe).await
+        let answer = self.probe.first_key(probe).await?;
+        self.answered.push((question, answer.clone()));
+        Ok(answer)
     }
 
     /// Up to `n` keys of the dimension at or above `from` within its bound, as the

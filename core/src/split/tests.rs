@@ -783,6 +783,51 @@ fn a_cut_by_value_that_would_fall_in_a_gap_is_measured_against_the_cluster() {
     assert_eq!(plain.probes, 0, "{plain:?}");
 }
 
+/// Answers from a sorted table and notes every question asked.
+struct Asked<'a>(&'a Sorted, std::sync::Mutex<Vec<String>>);
+
+#[async_trait]
+impl KeyProbe for Asked<'_> {
+    async fn first_key(&self, probe: Probe<'_>) -> tablevault_azure::Result<Option<EntityKey>> {
+        self.1.lock().unwrap().push(format!("{probe:?}"));
+        self.0.first_key(probe).await
+    }
+}
+
+/// The searches of one split can come to the same question: the first split of names
+/// of four to eight emoji asked whether keys reach `🠀` and `😁🠀` twice each (8 probes,
+/// in the split model). Each question is now sent once, and the cut is the same.
+#[test]
+fn one_split_asks_each_question_once() {
+    let t = names_in(0x1F600, 80, 50_000);
+    let after = &t.0[999];
+    let next = t.0[1000..].iter().find(|k| k.pk != after.pk).unwrap();
+    let asked = Asked(&t, std::sync::Mutex::new(Vec::new()));
+    let split = run(find_split(
+        &asked,
+        after,
+        Some(next),
+        None,
+        None,
+        Some(plain_read(&t.0[0], 1000)),
+        None,
+        true,
+    ))
+    .unwrap()
+    .expect("49,000 left are cut");
+    let asked = asked.1.into_inner().unwrap();
+    let mut once = asked.clone();
+    once.sort();
+    once.dedup();
+    assert_eq!(
+        once.len(),
+        asked.len(),
+        "a question asked twice: {asked:#?}"
+    );
+    assert_eq!(split.probes, asked.len());
+    assert!(split.at > *next, "{split:?}");
+}
+
 /// The split of an unbounded range of `t` under `ceiling`, by a task that read `read`
 /// keys from key `from`, the page read ahead showing the next partition.
 fn split_unbounded(
@@ -883,7 +928,7 @@ fn row_ceiling(
     lo: &str,
     settled: &(dyn Fn(&str) -> bool + Sync),
 ) -> (Option<String>, usize) {
-    let mut p = probe::Prober { probe: t, sent: 0 };
+    let mut p = probe::Prober::new(t);
     let dim = probe::Dimension::Rows {
         partition: "p",
         below: None,
@@ -939,10 +984,8 @@ fn a_ceiling_search_asks_nothing_its_bound_already_answers() {
     let t = two_tenants("zzz", "aaa", (47_500, 2_500), 50);
     let asked = std::sync::Mutex::new(Vec::new());
     let end = EntityKey::partition_start("aaa-001");
-    let mut p = probe::Prober {
-        probe: &Recording(&t, &asked),
-        sent: 0,
-    };
+    let recording = Recording(&t, &asked);
+    let mut p = probe::Prober::new(&recording);
     let dim = probe::Dimension::Partitions { end: Some(&end) };
     let found = run(probe::find_ceiling(&mut p, &dim, "aaa-00020")).unwrap();
     assert_eq!(found.as_deref(), Some("aaa-0005"));
@@ -3185,7 +3228,7 @@ fn a_ceiling_above_lower_case_keys_counts_their_letters() {
 #[test]
 fn a_ceiling_above_keys_of_a_long_prefix_starts_where_the_keys_read_vary() {
     let t = sequential(50_000);
-    let mut p = probe::Prober { probe: &t, sent: 0 };
+    let mut p = probe::Prober::new(&t);
     let dim = probe::Dimension::Partitions { end: None };
     let found = run(probe::find_ceiling_until(
         &mut p,
@@ -3199,7 +3242,7 @@ fn a_ceiling_above_keys_of_a_long_prefix_starts_where_the_keys_read_vary() {
     assert!(p.sent <= 8, "{} probes (12 before)", p.sent);
     // Without keys read, the same ceiling, by bisection (two probes fewer than before,
     // above the digits).
-    let mut p = probe::Prober { probe: &t, sent: 0 };
+    let mut p = probe::Prober::new(&t);
     let found = run(probe::find_ceiling(&mut p, &dim, "customer-00002")).unwrap();
     assert_eq!(found.as_deref(), Some("customer-000:"));
     assert!(p.sent <= 10, "{} probes (12 before)", p.sent);
@@ -3221,7 +3264,7 @@ fn a_ceiling_above_dates_is_where_it_was() {
     let t = Sorted::new(days);
     let dim = probe::Dimension::Partitions { end: None };
     for read_from in [None, Some("2026-01-01")] {
-        let mut p = probe::Prober { probe: &t, sent: 0 };
+        let mut p = probe::Prober::new(&t);
         let found = run(probe::find_ceiling_until(
             &mut p,
             &dim,
