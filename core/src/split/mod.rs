@@ -137,9 +137,13 @@ pub struct Split {
 /// large tenant's keys measure nothing, so every later split of the top task was a
 /// probed cut of unknown size (10-24 probes each, each a whole-table sort on the
 /// emulator), placed just above the position reached: 20 tasks, some of 100 entities.
+///
+/// `hi` is the range's `end` PartitionKey or a ceiling learned below it. The search runs
+/// below it: what lies at or above is known, and asks nothing (tenants under a ceiling
+/// of `{` asked `{` again on every search for a tighter one).
 async fn tighten(
     p: &mut Prober<'_>,
-    dim: &Dimension<'_>,
+    end: Option<&EntityKey>,
     from: Option<&str>,
     reached: &str,
     hi: &str,
@@ -148,7 +152,11 @@ async fn tighten(
     if scale::measured_fraction(from, Some(hi), reached).is_some() {
         return Ok(None);
     }
-    Ok(find_ceiling(p, dim, reached)
+    let hi_start = EntityKey::partition_start(hi);
+    let below_hi = Dimension::Partitions {
+        end: Some(end.filter(|e| e.pk == hi).unwrap_or(&hi_start)),
+    };
+    Ok(find_ceiling(p, &below_hi, reached)
         .await?
         .filter(|found| cmp_keys(found, hi).is_lt() && cmp_keys(found, reached).is_gt()))
 }
@@ -708,18 +716,7 @@ pub async fn find_split(
                 _ if !may_search => known,
                 Some(bound) => {
                     let from = read.map(|r| r.first.pk.as_str());
-                    // Searched below the bound: what lies at or above a learned ceiling
-                    // is known, and asks nothing (tenants under a ceiling of `{` asked
-                    // `{` again on every search for a tighter one).
-                    let bound_start = EntityKey::partition_start(&bound);
-                    let below_bound = Dimension::Partitions {
-                        end: if end.is_none_or(|e| cmp_keys(&bound, &e.pk).is_lt()) {
-                            Some(&bound_start)
-                        } else {
-                            end
-                        },
-                    };
-                    let tighter = tighten(&mut p, &below_bound, from, &next.pk, &bound).await?;
+                    let tighter = tighten(&mut p, end, from, &next.pk, &bound).await?;
                     if let Some(t) = &tighter {
                         learned = Some(EntityKey::partition_start(t));
                     }

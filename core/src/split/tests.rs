@@ -783,14 +783,54 @@ fn a_cut_by_value_that_would_fall_in_a_gap_is_measured_against_the_cluster() {
     assert_eq!(plain.probes, 0, "{plain:?}");
 }
 
-/// Answers from a sorted table and notes every question asked.
-struct Asked<'a>(&'a Sorted, std::sync::Mutex<Vec<String>>);
+/// Answers from a sorted table and notes every question asked, with the value a
+/// PartitionKey probe asked from.
+struct Recording<'a> {
+    table: &'a Sorted,
+    asked: std::sync::Mutex<Vec<(String, Option<String>)>>,
+}
+
+impl<'a> Recording<'a> {
+    fn new(table: &'a Sorted) -> Self {
+        Recording {
+            table,
+            asked: std::sync::Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Every question, in the order asked.
+    fn questions(&self) -> Vec<String> {
+        self.asked
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|(q, _)| q.clone())
+            .collect()
+    }
+
+    /// The values PartitionKey probes asked from, in order.
+    fn partition_froms(&self) -> Vec<String> {
+        self.asked
+            .lock()
+            .unwrap()
+            .iter()
+            .filter_map(|(_, f)| f.clone())
+            .collect()
+    }
+}
 
 #[async_trait]
-impl KeyProbe for Asked<'_> {
+impl KeyProbe for Recording<'_> {
     async fn first_key(&self, probe: Probe<'_>) -> tablevault_azure::Result<Option<EntityKey>> {
-        self.1.lock().unwrap().push(format!("{probe:?}"));
-        self.0.first_key(probe).await
+        let from = match probe {
+            Probe::Partition { from, .. } => Some(from.to_string()),
+            _ => None,
+        };
+        self.asked
+            .lock()
+            .unwrap()
+            .push((format!("{probe:?}"), from));
+        self.table.first_key(probe).await
     }
 }
 
@@ -802,9 +842,9 @@ fn one_split_asks_each_question_once() {
     let t = names_in(0x1F600, 80, 50_000);
     let after = &t.0[999];
     let next = t.0[1000..].iter().find(|k| k.pk != after.pk).unwrap();
-    let asked = Asked(&t, std::sync::Mutex::new(Vec::new()));
+    let recording = Recording::new(&t);
     let split = run(find_split(
-        &asked,
+        &recording,
         after,
         Some(next),
         None,
@@ -815,7 +855,7 @@ fn one_split_asks_each_question_once() {
     ))
     .unwrap()
     .expect("49,000 left are cut");
-    let asked = asked.1.into_inner().unwrap();
+    let asked = recording.questions();
     let mut once = asked.clone();
     once.sort();
     once.dedup();
@@ -907,12 +947,11 @@ fn a_far_inherited_ceiling_is_tightened_before_the_rest_is_measured() {
 fn a_search_below_an_inherited_ceiling_asks_nothing_at_or_above_it() {
     let t = two_tenants("aaa", "zzz", (2_500, 47_500), 50);
     let far = EntityKey::partition_start("{");
-    let asked = std::sync::Mutex::new(Vec::new());
-    let recording = Recording(&t, &asked);
+    let recording = Recording::new(&t);
     let counting = CountingProbe::new(&recording);
     let cut = split_unbounded(&counting, &t, 10_000, 2_000, &far, None)
         .expect("the large tenant's rest is cut");
-    let asked = asked.lock().unwrap().clone();
+    let asked = recording.partition_froms();
     assert!(
         asked.iter().all(|v| v.as_str() < "{"),
         "asked at or above the inherited ceiling: {asked:?}"
@@ -962,19 +1001,6 @@ fn a_ceiling_just_past_where_keys_vary_is_searched_one_place_finer() {
     );
 }
 
-/// Answers from a sorted table and notes the value each PartitionKey probe asked from.
-struct Recording<'a>(&'a Sorted, &'a std::sync::Mutex<Vec<String>>);
-
-#[async_trait]
-impl KeyProbe for Recording<'_> {
-    async fn first_key(&self, probe: Probe<'_>) -> tablevault_azure::Result<Option<EntityKey>> {
-        if let Probe::Partition { from, .. } = probe {
-            self.1.lock().unwrap().push(from.to_string());
-        }
-        self.0.first_key(probe).await
-    }
-}
-
 /// A ceiling search inside a bound (the cluster a task is reading, below a small
 /// tenant's keys far above) asked whether keys reach values at or past that bound: `b`,
 /// `aaa-1` and `aaa-001` below an end of `aaa-001`, three whole-table filters on the
@@ -982,15 +1008,14 @@ impl KeyProbe for Recording<'_> {
 #[test]
 fn a_ceiling_search_asks_nothing_its_bound_already_answers() {
     let t = two_tenants("zzz", "aaa", (47_500, 2_500), 50);
-    let asked = std::sync::Mutex::new(Vec::new());
     let end = EntityKey::partition_start("aaa-001");
-    let recording = Recording(&t, &asked);
+    let recording = Recording::new(&t);
     let mut p = probe::Prober::new(&recording);
     let dim = probe::Dimension::Partitions { end: Some(&end) };
     let found = run(probe::find_ceiling(&mut p, &dim, "aaa-00020")).unwrap();
     assert_eq!(found.as_deref(), Some("aaa-0005"));
     let sent = p.sent;
-    let asked = asked.lock().unwrap().clone();
+    let asked = recording.partition_froms();
     assert!(
         asked.iter().all(|from| from.as_str() < "aaa-001"),
         "asked at or past the end: {asked:?}"
