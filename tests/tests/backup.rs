@@ -529,6 +529,7 @@ async fn splits_tile_tables_whose_keys_come_from_the_whole_alphabet() {
             eprintln!("split soak: seed {seed}, {name}, {} keys", keys.len());
             let table = unique_table(name);
             let source = load_entity_keys(&client, &table, keys).await;
+            dump_keys(seed, name, &source);
             let count = source.len() as u64;
             let t = target(&env.account);
             let req = backup_of(&env.account, &table);
@@ -564,6 +565,22 @@ async fn splits_tile_tables_whose_keys_come_from_the_whole_alphabet() {
             }
         }
     }
+}
+
+/// Writes a soak table's keys, as `PartitionKey<TAB>RowKey` lines, to
+/// `<TABLEVAULT_SPLIT_DUMP>/<seed>-<shape>.tsv` when that variable names a directory:
+/// the split model replays them (`four_workers_share_dumped_tables` in tablevault-core).
+/// Keys hold no control characters (the service refuses them), so a line is a key.
+fn dump_keys(seed: u64, shape: &str, source: &[Entity]) {
+    let Some(dir) = std::env::var_os("TABLEVAULT_SPLIT_DUMP") else {
+        return;
+    };
+    let lines: String = source
+        .iter()
+        .map(|e| format!("{}\t{}\n", e.partition_key, e.row_key))
+        .collect();
+    let path = std::path::Path::new(&dir).join(format!("{seed}-{shape}.tsv"));
+    std::fs::write(&path, lines).unwrap_or_else(|e| panic!("writing {}: {e}", path.display()));
 }
 
 /// About 6,000 keys holding dates and times, which splits read in time: from a random
