@@ -275,7 +275,10 @@ struct Cut {
 /// carries over: the middle piece of a fan-out (the first one let a
 /// cluster that reached into it pass, the pieces above it empty: a task of 5,821 of
 /// 6,117 in the split model, one of 5,827 in the split soak), or the lower half of the
-/// upper part (a cut in two by value), must hold a key. Keys read
+/// upper part (a cut in two by value), must hold a key; with the middle piece of a
+/// fan-out, the first piece above the part kept is asked too, at once (tenants whose
+/// partitions interleave left it empty while the middle held another tenant's
+/// keys). Keys read
 /// in a cluster, the rest of the remainder a gap up to another (a tenant's
 /// `F-00050`-`F-00449` below another's `z-`), measured millions of entities in the
 /// gap: the part kept held every key of the cluster and the pieces above it none, so
@@ -378,9 +381,33 @@ async fn decide(
         };
         // A value the check found nothing from, up to where it looked; or, where it found
         // keys and could sample them, the remainder measured by how densely they lie.
+        //
+        // With the middle piece of a fan-out, the first piece above the part kept is
+        // asked at once: keys read in a cluster at the bottom of their prefix, other
+        // clusters higher up, hold keys in the middle piece while the pieces just
+        // above the part kept are empty (tenants `t0-000659` to `t0-004999` read,
+        // `t1-…` above them, below an end of `t2-`: one task read 9,850 of 50,000).
+        let first_piece = match &fanned {
+            Some((points, _)) if checked.is_some() && points.len() >= 3 => {
+                Some((points[0].as_str(), points[1].as_str()))
+            }
+            _ => None,
+        };
         let (gap, sampled) = match checked {
-            Some((from, below)) => match p.sample_at(dim, &from, SAMPLE_KEYS).await? {
-                Some((values, complete)) => {
+            Some((from, below)) => match p
+                .sample_at_and_first(dim, &from, SAMPLE_KEYS, first_piece.map(|(f, _)| f))
+                .await?
+            {
+                (_, first_value)
+                    if first_piece.is_some_and(|(_, below)| {
+                        !first_value
+                            .as_ref()
+                            .is_some_and(|v| cmp_keys(v, below).is_lt())
+                    }) =>
+                {
+                    (first_piece.map(|(f, _)| f.to_string()), None)
+                }
+                (Some((values, complete)), _) => {
                     if values.first().is_some_and(|v| cmp_keys(v, &below).is_lt()) {
                         let says = hi
                             .as_deref()
@@ -395,7 +422,7 @@ async fn decide(
                         (Some(from), None)
                     }
                 }
-                None => (
+                (None, _) => (
                     (!holds_value_below(p, dim, &from, &below).await?).then_some(from),
                     None,
                 ),

@@ -306,13 +306,12 @@ impl<'a> Prober<'a> {
         &mut self,
         probe: Probe<'_>,
     ) -> tablevault_azure::Result<Option<EntityKey>> {
-        let question = format!("{probe:?}");
-        if let Some((_, answer)) = self.answered.iter().find(|(q, _)| *q == question) {
-            return Ok(answer.clone());
+        if let Some(answer) = self.answer(&probe) {
+            return Ok(answer);
         }
         self.sent += 1;
         let answer = self.probe.first_key(probe).await?;
-        self.answered.push((question, answer.clone()));
+        self.answered.push((format!("{probe:?}"), answer.clone()));
         Ok(answer)
     }
 
@@ -325,12 +324,63 @@ impl<'a> Prober<'a> {
         from: &str,
         n: usize,
     ) -> tablevault_azure::Result<Option<(Vec<String>, bool)>> {
+        let sample = self.probe.sample(dim.from(from), n).await?;
+        Ok(self.sampled_values(dim, from, sample))
+    }
+
+    /// [`Prober::sample_at`] from `from`, and, at once (two independent questions in
+    /// one round trip's time), the first value of the dimension at or above
+    /// `first_from` within its bound (`None` where `first_from` is `None`).
+    pub(super) async fn sample_at_and_first(
+        &mut self,
+        dim: &Dimension<'_>,
+        from: &str,
+        n: usize,
+        first_from: Option<&str>,
+    ) -> tablevault_azure::Result<(Option<(Vec<String>, bool)>, Option<String>)> {
+        let Some(first_from) = first_from else {
+            return Ok((self.sample_at(dim, from, n).await?, None));
+        };
+        let question = dim.from(first_from);
+        let known = self.answer(&question);
+        let sample = self.probe.sample(dim.from(from), n);
+        let (sample, first) = match known {
+            Some(answer) => (sample.await?, answer),
+            None => {
+                let (sample, first) = futures::join!(sample, self.probe.first_key(question));
+                let first = first?;
+                self.sent += 1;
+                self.answered.push((format!("{question:?}"), first.clone()));
+                (sample?, first)
+            }
+        };
+        Ok((
+            self.sampled_values(dim, from, sample),
+            first.map(|k| dim.value(k)),
+        ))
+    }
+
+    /// What this split already learned of `probe`, if it was asked.
+    fn answer(&self, probe: &Probe<'_>) -> Option<Option<EntityKey>> {
+        let question = format!("{probe:?}");
+        self.answered
+            .iter()
+            .find(|(q, _)| *q == question)
+            .map(|(_, answer)| answer.clone())
+    }
+
+    /// A sample's keys as the dimension's values, counted as a probe sent.
+    fn sampled_values(
+        &mut self,
+        dim: &Dimension<'_>,
+        from: &str,
+        sample: Option<Sample>,
+    ) -> Option<(Vec<String>, bool)> {
         let probe = dim.from(from);
-        let sample = self.probe.sample(probe, n).await?;
         if sample.is_some() {
             self.sent += 1;
         }
-        Ok(sample.map(|s| {
+        sample.map(|s| {
             let values = s
                 .keys
                 .into_iter()
@@ -338,7 +388,7 @@ impl<'a> Prober<'a> {
                 .map(|k| dim.value(k))
                 .collect();
             (values, s.complete)
-        }))
+        })
     }
 
     /// The first value of the dimension at or above `from` within its bound.

@@ -868,6 +868,73 @@ fn one_split_asks_each_question_once() {
     assert!(split.at > *next, "{split:?}");
 }
 
+/// A table whose sample and first-key questions each wait until the other kind has
+/// been asked too: answered only where both are in flight at once.
+struct BothAtOnce<'a> {
+    table: &'a Sorted,
+    both: tokio::sync::Barrier,
+}
+
+#[async_trait]
+impl KeyProbe for BothAtOnce<'_> {
+    async fn first_key(&self, probe: Probe<'_>) -> tablevault_azure::Result<Option<EntityKey>> {
+        self.both.wait().await;
+        self.table.first_key(probe).await
+    }
+
+    async fn sample(&self, probe: Probe<'_>, n: usize) -> tablevault_azure::Result<Option<Sample>> {
+        self.both.wait().await;
+        self.table.sample(probe, n).await
+    }
+}
+
+/// The check of a fan-out's middle piece and the question about its first piece are
+/// independent, so they go out together: one round trip's wait, not two. Each counts
+/// as a probe, and a question the split has answered already is not sent again.
+#[test]
+fn a_sample_and_a_first_key_are_asked_at_once() {
+    let t = Sorted::new(
+        (0..100)
+            .map(|p| EntityKey::new(format!("cust-{p:03}"), "r"))
+            .collect(),
+    );
+    let probe = BothAtOnce {
+        table: &t,
+        both: tokio::sync::Barrier::new(2),
+    };
+    let dim = probe::Dimension::Partitions { end: None };
+    let mut p = probe::Prober::new(&probe);
+    let timed = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .unwrap();
+    let (sample, first) = timed
+        .block_on(async {
+            tokio::time::timeout(
+                std::time::Duration::from_secs(10),
+                p.sample_at_and_first(&dim, "cust-050", 5, Some("cust-0205")),
+            )
+            .await
+            .expect("both questions in flight at once")
+        })
+        .unwrap();
+    let (values, complete) = sample.expect("the table samples");
+    assert_eq!(
+        values,
+        ["cust-050", "cust-051", "cust-052", "cust-053", "cust-054"]
+    );
+    assert!(!complete);
+    assert_eq!(first.as_deref(), Some("cust-021"));
+    assert_eq!(p.sent, 2);
+    // Asked again, the first key is known: only the sample is sent, and it waits for
+    // no other question.
+    let mut p = probe::Prober::new(&t);
+    run(p.sample_at_and_first(&dim, "cust-050", 5, Some("cust-0205"))).unwrap();
+    let (_, again) = run(p.sample_at_and_first(&dim, "cust-060", 5, Some("cust-0205"))).unwrap();
+    assert_eq!(again.as_deref(), Some("cust-021"));
+    assert_eq!(p.sent, 3);
+}
+
 /// The split of an unbounded range of `t` under `ceiling`, by a task that read `read`
 /// keys from key `from`, the page read ahead showing the next partition.
 fn split_unbounded(
@@ -2863,6 +2930,36 @@ fn four_workers_share_dumped_tables() {
             (largest * tasks.len()) as f64 / total.max(1) as f64,
         );
     }
+}
+
+/// Regression: tenants whose partitions interleave (`tenant2-000001`, `tenant0-000002`,
+/// …: a tenant's id, then a sequence shared by all), ten entities each. A task of
+/// `tenant0-000659` up to an end of `tenant2-` read 2,000 entities of tenant 0, whose
+/// keys stop at `tenant0-004999`, and fanned the remainder out by their density over
+/// the whole of `tenant0-` and `tenant1-`. The check of the middle piece found tenant
+/// 1's keys there; the pieces just above the part kept were empty, ten of 22 tasks
+/// were, and one read 9,850 of the 50,000 entities, 4.3 times the mean (the random
+/// shapes' seed 12). The first piece is now asked too: 17 tasks, the largest 3,740
+/// (1.27 times the mean).
+#[test]
+fn interleaved_tenants_are_cut_inside_the_tenant_read() {
+    let mut next = below(12);
+    let mut keys = Vec::new();
+    let mut p = 0;
+    while keys.len() < 50_000 {
+        let pk = format!("tenant{}-{p:06}", next(4));
+        keys.extend((0..10).map(|r| EntityKey::new(pk.clone(), format!("{}", p * 10 + r))));
+        p += 1;
+    }
+    let t = Sorted::new(keys);
+    let (tasks, _) = backup_model(&t, 4);
+    let total: usize = tasks.iter().sum();
+    assert_eq!(total, t.0.len(), "every key read once");
+    let largest = *tasks.iter().max().unwrap();
+    assert!(
+        largest * tasks.len() <= 2 * total,
+        "a task read {largest} of {total}, over twice the mean ({tasks:?})"
+    );
 }
 
 /// Regression: hourly PartitionKeys (`2028-12-05T04`) over a month, a few keys of the
