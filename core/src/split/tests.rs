@@ -2962,6 +2962,44 @@ fn interleaved_tenants_are_cut_inside_the_tenant_read() {
     );
 }
 
+/// Regression: keys of every script, read in key order up to the astral characters.
+/// The first task read 1,000 ASCII keys; above them lay astral ones, then private-use
+/// and full-width ones, up to U+FFxx. Its search for a ceiling gave up where its climb
+/// from U+D800 stepped past the top of its alphabet, the density read in ASCII carries
+/// over to nothing above it, and the rest was halved by value up to the top of the key
+/// space: at U+F000, with only the full-width keys above (the split soak's seed 498 on
+/// Azurite: one task of 2,588 of 2,975; here 2,340 of 2,620). A sample from such a cut
+/// that holds every key above it, under a page, now halves it lower: 1,520 and 1,100.
+#[test]
+fn a_cut_with_no_bound_that_leaves_a_sliver_is_halved_lower() {
+    let mut keys = Vec::new();
+    let mut partition = |pk: String, n: usize| {
+        keys.extend((0..n).map(|r| EntityKey::new(pk.clone(), format!("{r:03}"))));
+    };
+    for c in 'a'..='j' {
+        partition(c.to_string(), 100);
+    }
+    for c in ['\u{10000}', '\u{10400}', '\u{1F600}', '\u{1F64F}'] {
+        for tail in ['a', 'k', 'z'] {
+            partition(format!("{c}{tail}"), 100);
+        }
+    }
+    for c in [
+        '\u{E001}', '\u{E00A}', '\u{FF0A}', '\u{FF21}', '\u{FF41}', '\u{FFDE}',
+    ] {
+        partition(c.to_string(), 70);
+    }
+    let t = Sorted::new(keys);
+    let (tasks, _) = backup_model(&t, 4);
+    let total: usize = tasks.iter().sum();
+    assert_eq!(total, t.0.len(), "every key read once");
+    let largest = *tasks.iter().max().unwrap();
+    assert!(
+        largest * 3 <= total * 2,
+        "a task read {largest} of {total} ({tasks:?})"
+    );
+}
+
 /// Regression: hourly PartitionKeys (`2028-12-05T04`) over a month, a few keys of the
 /// impossible month 13 last. The table's ceiling, `2028-14`, lay past the calendar, so
 /// the remainder was read in characters: cuts fell on days no month has
