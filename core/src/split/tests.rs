@@ -2932,6 +2932,19 @@ fn four_workers_share_dumped_tables() {
     }
 }
 
+/// The tasks a backup of `t` by four workers ends with ([`backup_model`]), checked to
+/// read every key once, and the largest.
+fn modelled_tasks(t: &Sorted) -> (Vec<usize>, usize) {
+    let (tasks, _) = backup_model(t, 4);
+    assert_eq!(
+        tasks.iter().sum::<usize>(),
+        t.0.len(),
+        "every key read once"
+    );
+    let largest = *tasks.iter().max().unwrap_or(&0);
+    (tasks, largest)
+}
+
 /// Regression: tenants whose partitions interleave (`tenant2-000001`, `tenant0-000002`,
 /// …: a tenant's id, then a sequence shared by all), ten entities each. A task of
 /// `tenant0-000659` up to an end of `tenant2-` read 2,000 entities of tenant 0, whose
@@ -2952,10 +2965,8 @@ fn interleaved_tenants_are_cut_inside_the_tenant_read() {
         p += 1;
     }
     let t = Sorted::new(keys);
-    let (tasks, _) = backup_model(&t, 4);
-    let total: usize = tasks.iter().sum();
-    assert_eq!(total, t.0.len(), "every key read once");
-    let largest = *tasks.iter().max().unwrap();
+    let (tasks, largest) = modelled_tasks(&t);
+    let total = t.0.len();
     assert!(
         largest * tasks.len() <= 2 * total,
         "a task read {largest} of {total}, over twice the mean ({tasks:?})"
@@ -2990,10 +3001,8 @@ fn a_cut_with_no_bound_that_leaves_a_sliver_is_halved_lower() {
         partition(c.to_string(), 70);
     }
     let t = Sorted::new(keys);
-    let (tasks, _) = backup_model(&t, 4);
-    let total: usize = tasks.iter().sum();
-    assert_eq!(total, t.0.len(), "every key read once");
-    let largest = *tasks.iter().max().unwrap();
+    let (tasks, largest) = modelled_tasks(&t);
+    let total = t.0.len();
     assert!(
         largest * 3 <= total * 2,
         "a task read {largest} of {total} ({tasks:?})"
@@ -3021,10 +3030,8 @@ fn a_ceiling_past_the_months_splits_dates_by_time() {
     }
     keys.extend((0..15).map(|r| EntityKey::new("2028-13-01T03", format!("{r:04}"))));
     let t = Sorted::new(keys);
-    let (tasks, _) = backup_model(&t, 4);
-    let total: usize = tasks.iter().sum();
-    assert_eq!(total, t.0.len(), "every key read once");
-    let largest = *tasks.iter().max().unwrap();
+    let (tasks, largest) = modelled_tasks(&t);
+    let total = t.0.len();
     assert!(
         largest * 2 <= total,
         "a task read {largest} of {total} ({tasks:?})"
