@@ -385,8 +385,9 @@ async fn decide(
         // With the middle piece of a fan-out, the first piece above the part kept is
         // asked at once: keys read in a cluster at the bottom of their prefix, other
         // clusters higher up, hold keys in the middle piece while the pieces just
-        // above the part kept are empty (tenants `t0-000659` to `t0-004999` read,
-        // `t1-…` above them, below an end of `t2-`: one task read 9,850 of 50,000).
+        // above the part kept are empty (a task of tenant 0's keys, which stop at
+        // `t0-004999`, with tenant 1's `t1-…` above them and an end of `t2-`: one task
+        // read 9,850 of 50,000).
         let first_piece = match &fanned {
             Some((points, _)) if checked.is_some() && points.len() >= 3 => {
                 Some((points[0].as_str(), points[1].as_str()))
