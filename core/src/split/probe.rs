@@ -7,6 +7,7 @@ use std::cmp::Ordering;
 use async_trait::async_trait;
 use tablevault_azure::table::{Cmp, Filter};
 
+use super::SAMPLE_KEYS;
 use super::scale::{bump, point_below, point_by_characters, steps_up};
 use super::share::cluster_bound;
 use crate::keys::{EntityKey, cmp_keys};
@@ -309,9 +310,8 @@ impl<'a> Prober<'a> {
         if let Some(answer) = self.answer(&probe) {
             return Ok(answer);
         }
-        self.sent += 1;
         let answer = self.probe.first_key(probe).await?;
-        self.answered.push((format!("{probe:?}"), answer.clone()));
+        self.remember(&probe, &answer);
         Ok(answer)
     }
 
@@ -349,8 +349,7 @@ impl<'a> Prober<'a> {
             None => {
                 let (sample, first) = futures::join!(sample, self.probe.first_key(question));
                 let first = first?;
-                self.sent += 1;
-                self.answered.push((format!("{question:?}"), first.clone()));
+                self.remember(&question, &first);
                 (sample?, first)
             }
         };
@@ -367,6 +366,12 @@ impl<'a> Prober<'a> {
             .iter()
             .find(|(q, _)| *q == question)
             .map(|(_, answer)| answer.clone())
+    }
+
+    /// Counts `probe` as sent and keeps its answer for the rest of the split.
+    fn remember(&mut self, probe: &Probe<'_>, answer: &Option<EntityKey>) {
+        self.sent += 1;
+        self.answered.push((format!("{probe:?}"), answer.clone()));
     }
 
     /// A sample's keys as the dimension's values, counted as a probe sent.
@@ -874,11 +879,9 @@ async fn bisect(
     Ok(None)
 }
 
-/// Times a cut of unknown size found to leave a sliver above it is halved lower.
+/// Times a cut of unknown size found to leave a sliver above it (fewer keys than one
+/// sample holds, [`SAMPLE_KEYS`]) is halved lower.
 const SLIVER_HALVINGS: usize = 2;
-
-/// Fewer keys than this above a cut of unknown size make it a sliver: a page.
-const SLIVER_KEYS: usize = 1_000;
 
 /// Where to cut a dimension between `lo` and `hi` a `share` of the way: at that value
 /// itself when the density read is known (`by_value`) and it lies strictly between
@@ -915,7 +918,7 @@ pub(super) async fn cut_value(
             if p.sent >= MAX_PROBES {
                 break;
             }
-            let Some((values, complete)) = p.sample_at(dim, at, SLIVER_KEYS).await? else {
+            let Some((values, complete)) = p.sample_at(dim, at, SAMPLE_KEYS).await? else {
                 break;
             };
             let within = values
@@ -923,7 +926,7 @@ pub(super) async fn cut_value(
                 .filter(|v| hi.as_deref().is_none_or(|h| cmp_keys(v, h).is_lt()))
                 .count();
             let whole = complete || within < values.len();
-            if !whole || within >= SLIVER_KEYS {
+            if !whole || within >= SAMPLE_KEYS {
                 break;
             }
             hi = found.clone();
