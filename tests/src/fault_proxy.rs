@@ -552,9 +552,10 @@ mod tests {
 
     #[tokio::test]
     async fn unreachable_upstream_answers_502() {
-        let gone = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        // Bound but not listening: the port stays ours and refuses every connection.
+        let gone = tokio::net::TcpSocket::new_v4().unwrap();
+        gone.bind(([127, 0, 0, 1], 0).into()).unwrap();
         let up = gone.local_addr().unwrap();
-        drop(gone);
         let proxy = FaultProxy::start(up, FaultPlan::none()).await;
         let mut client = TcpStream::connect(proxy.addr()).await.unwrap();
         let (head, body) = call(&mut client, "/acct/t").await.expect("an answer");

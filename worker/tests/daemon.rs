@@ -131,14 +131,18 @@ async fn sigterm_drains_the_task_in_hand_and_exits_0() {
 /// retried creating its queues for some 85 s, then exited 1. It now stops at once.
 #[tokio::test]
 async fn sigterm_while_storage_is_unreachable_at_start_exits_0_at_once() {
-    // Nothing listens on a port just freed: every request is refused.
+    // A socket bound but never listening holds its port, so every connection to it is
+    // refused. (A port freed instead could be taken by a test running alongside: once
+    // the other test's worker took it and answered 404, and this worker exited 1.)
+    let refusing = tokio::net::TcpSocket::new_v4().unwrap();
+    refusing.bind(([127, 0, 0, 1], 0).into()).unwrap();
     let dead = format!(
         "DefaultEndpointsProtocol=http;AccountName=devstoreaccount1;AccountKey={};\
          BlobEndpoint=http://127.0.0.1:{p}/devstoreaccount1;\
          QueueEndpoint=http://127.0.0.1:{p}/devstoreaccount1;\
          TableEndpoint=http://127.0.0.1:{p}/devstoreaccount1",
         tablevault_azure::config::EMULATOR_KEY,
-        p = free_port()
+        p = refusing.local_addr().unwrap().port()
     );
     let port = free_port();
     let mut worker = spawn_worker(&dead, "tasks", port);

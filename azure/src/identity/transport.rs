@@ -121,10 +121,11 @@ mod tests {
             client: reqwest::Client::new(),
             last_failure: last.clone(),
         };
-        // A port nothing listens on.
-        let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        // A port bound but not listening: it refuses every connection, and no test
+        // running alongside can take it (as it could a port freed).
+        let closed = tokio::net::TcpSocket::new_v4().unwrap();
+        closed.bind(([127, 0, 0, 1], 0).into()).unwrap();
         let port = closed.local_addr().unwrap().port();
-        drop(closed);
         let url = format!("http://127.0.0.1:{port}/tenant/oauth2/v2.0/token?secret=x");
         let request = Request::new(url.parse().unwrap(), Method::Post);
         assert!(transport.execute_request(&request).await.is_err());
