@@ -170,9 +170,18 @@ impl Azurite {
         let mut ports = Vec::new();
         for i in 0..3 {
             // The single-service launchers do not report a port chosen by the OS, so pick a
-            // free one ourselves.
-            let port = free_port()?;
-            children.push(spawn_single(&dir, i, port).await?);
+            // free one ourselves; another process can take it before the emulator binds
+            // it, so a failed start is tried again on another.
+            let mut attempt = 1;
+            let (child, port) = loop {
+                let port = free_port()?;
+                match spawn_single(&dir, i, port).await {
+                    Ok(child) => break (child, port),
+                    Err(_) if attempt < START_ATTEMPTS => attempt += 1,
+                    Err(e) => return Err(e),
+                }
+            };
+            children.push(child);
             ports.push(port);
         }
         Ok(Azurite {
@@ -292,6 +301,9 @@ async fn spawn_single(dir: &Path, service: usize, port: u16) -> Result<Child, Em
     ]);
     Ok(spawn_and_read_ports(cmd, 1).await?.0)
 }
+
+/// Starts of a single service tried, each on a newly chosen free port.
+const START_ATTEMPTS: usize = 3;
 
 fn free_port() -> std::io::Result<u16> {
     Ok(std::net::TcpListener::bind("127.0.0.1:0")?
