@@ -2,6 +2,7 @@
 //! endpoint, and on SIGTERM turns unready at once, finishes the task it holds within its
 //! grace period, and exits 0.
 
+use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -17,14 +18,6 @@ async fn get(port: u16, path: &str) -> Option<(u16, String)> {
     http_get(([127, 0, 0, 1], port).into(), path).await
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 /// Waits until `check` holds, polling, for at most `limit`.
 async fn wait_for<F: AsyncFnMut() -> bool>(what: &str, limit: Duration, mut check: F) {
     let started = Instant::now();
@@ -34,27 +27,50 @@ async fn wait_for<F: AsyncFnMut() -> bool>(what: &str, limit: Duration, mut chec
     }
 }
 
-fn spawn_worker(conn: &str, queue: &str, port: u16) -> Child {
-    Command::new(env!("CARGO_BIN_EXE_tablevault-worker"))
+/// Starts the worker with its endpoint on a port the OS picks (a port chosen by the test
+/// and freed could be taken by a test running alongside before the worker binds it) and
+/// returns it with that port, read from the worker's JSON log line that names the
+/// address. Every stderr line is passed on to the test's stderr.
+fn spawn_worker(conn: &str, queue: &str) -> (Child, u16) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tablevault-worker"))
         .args([
             "--concurrency",
             "1",
             "--queue",
             queue,
             "--metrics-addr",
-            &format!("127.0.0.1:{port}"),
+            "127.0.0.1:0",
             "--shutdown-grace",
             "120",
+            "--log-format",
+            "json",
         ])
         .env_remove("AZURE_STORAGE_CONNECTION_STRING")
         .env_remove("TABLEVAULT_AUTH_MODE")
         .env("TABLEVAULT_BACKUP", conn)
         .env("TABLEVAULT_SOURCE", conn)
-        .env("RUST_LOG", "warn")
+        .env("RUST_LOG", "warn,tablevault_worker::serve=info")
         .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
+        .stderr(Stdio::piped())
         .spawn()
-        .expect("start tablevault-worker")
+        .expect("start tablevault-worker");
+    let stderr = child.stderr.take().expect("piped");
+    let (bound, port) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            eprintln!("{line}");
+            let addr = serde_json::from_str::<serde_json::Value>(&line)
+                .ok()
+                .and_then(|v| v["fields"]["addr"].as_str().map(str::to_string));
+            if let Some(port) = addr.and_then(|a| a.rsplit_once(':')?.1.parse::<u16>().ok()) {
+                let _ = bound.send(port);
+            }
+        }
+    });
+    let port = port
+        .recv_timeout(Duration::from_secs(60))
+        .expect("the worker logs the address of its endpoint");
+    (child, port)
 }
 
 #[tokio::test]
@@ -71,8 +87,7 @@ async fn sigterm_drains_the_task_in_hand_and_exits_0() {
         client_options: Default::default(),
         backends: None,
     };
-    let port = free_port();
-    let mut worker = spawn_worker(&conn, &location.queue, port);
+    let (mut worker, port) = spawn_worker(&conn, &location.queue);
     wait_for("readiness", Duration::from_secs(60), async || {
         matches!(get(port, "/readyz").await, Some((200, _)))
     })
@@ -144,8 +159,7 @@ async fn sigterm_while_storage_is_unreachable_at_start_exits_0_at_once() {
         tablevault_azure::config::EMULATOR_KEY,
         p = refusing.local_addr().unwrap().port()
     );
-    let port = free_port();
-    let mut worker = spawn_worker(&dead, "tasks", port);
+    let (mut worker, port) = spawn_worker(&dead, "tasks");
     wait_for("the endpoint", Duration::from_secs(30), async || {
         get(port, "/healthz").await.is_some()
     })
