@@ -170,17 +170,8 @@ impl Azurite {
         let mut ports = Vec::new();
         for i in 0..3 {
             // The single-service launchers do not report a port chosen by the OS, so pick a
-            // free one ourselves; another process can take it before the emulator binds
-            // it, so a failed start is tried again on another.
-            let mut attempt = 1;
-            let (child, port) = loop {
-                let port = free_port()?;
-                match spawn_single(&dir, i, port).await {
-                    Ok(child) => break (child, port),
-                    Err(_) if attempt < START_ATTEMPTS => attempt += 1,
-                    Err(e) => return Err(e),
-                }
-            };
+            // free one ourselves.
+            let (child, port) = on_free_port(|port| spawn_single(&dir, i, port)).await?;
             children.push(child);
             ports.push(port);
         }
@@ -302,8 +293,32 @@ async fn spawn_single(dir: &Path, service: usize, port: u16) -> Result<Child, Em
     Ok(spawn_and_read_ports(cmd, 1).await?.0)
 }
 
-/// Starts of a single service tried, each on a newly chosen free port.
+/// Starts of a single service tried when its port was taken, each on a newly chosen
+/// free port.
 const START_ATTEMPTS: usize = 3;
+
+/// Runs `start` on a free port, and again on another when the port was taken between
+/// choosing it and the emulator binding it (Node exits with `listen EADDRINUSE`), up
+/// to [`START_ATTEMPTS`] times. Returns what `start` gave and the port.
+async fn on_free_port<T, F, Fut>(mut start: F) -> Result<(T, u16), EmulatorError>
+where
+    F: FnMut(u16) -> Fut,
+    Fut: std::future::Future<Output = Result<T, EmulatorError>>,
+{
+    let mut attempt = 1;
+    loop {
+        let port = free_port()?;
+        match start(port).await {
+            Ok(started) => return Ok((started, port)),
+            Err(EmulatorError::StartFailed(why))
+                if why.contains("EADDRINUSE") && attempt < START_ATTEMPTS =>
+            {
+                attempt += 1
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
 
 fn free_port() -> std::io::Result<u16> {
     Ok(std::net::TcpListener::bind("127.0.0.1:0")?
@@ -392,4 +407,52 @@ async fn spawn_and_read_ports(
         while let Ok(Some(_)) = l.next_line().await {}
     });
     Ok((child, ports))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn taken(port: u16) -> EmulatorError {
+        EmulatorError::StartFailed(format!(
+            "exited early\nExiting due to an unhandled error: listen EADDRINUSE: address \
+             already in use 127.0.0.1:{port}"
+        ))
+    }
+
+    #[tokio::test]
+    async fn a_port_taken_before_the_emulator_binds_it_is_replaced() {
+        let mut tried = Vec::new();
+        let (started, port) = on_free_port(|port| {
+            tried.push(port);
+            let first = tried.len() == 1;
+            async move { if first { Err(taken(port)) } else { Ok("up") } }
+        })
+        .await
+        .unwrap();
+        assert_eq!((started, tried.len()), ("up", 2));
+        assert_eq!(port, tried[1]);
+    }
+
+    #[tokio::test]
+    async fn other_failures_and_a_port_taken_every_time_are_reported() {
+        let mut calls = 0;
+        let err = on_free_port(|_| {
+            calls += 1;
+            async { Err::<(), _>(EmulatorError::StartFailed("timed out after 60 s".into())) }
+        })
+        .await
+        .unwrap_err();
+        assert!(err.to_string().contains("timed out"), "{err}");
+        assert_eq!(calls, 1, "only a taken port is tried again");
+        let mut calls = 0;
+        let err = on_free_port(|port| {
+            calls += 1;
+            async move { Err::<(), _>(taken(port)) }
+        })
+        .await
+        .unwrap_err();
+        assert!(err.to_string().contains("EADDRINUSE"), "{err}");
+        assert_eq!(calls, START_ATTEMPTS);
+    }
 }
