@@ -552,10 +552,7 @@ mod tests {
 
     #[tokio::test]
     async fn unreachable_upstream_answers_502() {
-        // Bound but not listening: the port stays ours and refuses every connection.
-        let gone = tokio::net::TcpSocket::new_v4().unwrap();
-        gone.bind(([127, 0, 0, 1], 0).into()).unwrap();
-        let up = gone.local_addr().unwrap();
+        let (_gone, up) = crate::refusing_address();
         let proxy = FaultProxy::start(up, FaultPlan::none()).await;
         let mut client = TcpStream::connect(proxy.addr()).await.unwrap();
         let (head, body) = call(&mut client, "/acct/t").await.expect("an answer");

@@ -220,6 +220,20 @@ pub async fn load_edge_table(client: &TableClient, table: &str) -> Vec<Entity> {
     load_batches(client, table, batches).await
 }
 
+/// A local address that refuses every connection for as long as the returned socket
+/// lives: the socket is bound but never listens, so no test running alongside can take
+/// the port, as it can a port bound, freed and hoped to stay closed (the daemon test's
+/// "unreachable" worker once reached another test's worker there, got a 404 and exited
+/// 1).
+pub fn refusing_address() -> (tokio::net::TcpSocket, std::net::SocketAddr) {
+    let socket = tokio::net::TcpSocket::new_v4().expect("a TCP socket");
+    socket
+        .bind(([127, 0, 0, 1], 0).into())
+        .expect("a loopback port");
+    let addr = socket.local_addr().expect("the bound address");
+    (socket, addr)
+}
+
 /// GETs `path` from a local HTTP/1.1 server (a worker's metrics endpoint): the status and
 /// the body, or `None` when nothing answers.
 pub async fn http_get(addr: std::net::SocketAddr, path: &str) -> Option<(u16, String)> {

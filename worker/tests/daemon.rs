@@ -10,7 +10,9 @@ use tablevault_azure::table::TableClient;
 use tablevault_coordinator::Location;
 use tablevault_coordinator::backup::{BackupRequest, enqueue, plan};
 use tablevault_core::store::BackupPaths;
-use tablevault_tests::{TestEnv, http_get, load_numbered, unique_lower, unique_table};
+use tablevault_tests::{
+    TestEnv, http_get, load_numbered, refusing_address, unique_lower, unique_table,
+};
 
 /// GETs a path of the worker's endpoint: the status and the body, or `None` when
 /// nothing answers.
@@ -146,18 +148,15 @@ async fn sigterm_drains_the_task_in_hand_and_exits_0() {
 /// retried creating its queues for some 85 s, then exited 1. It now stops at once.
 #[tokio::test]
 async fn sigterm_while_storage_is_unreachable_at_start_exits_0_at_once() {
-    // A socket bound but never listening holds its port, so every connection to it is
-    // refused. (A port freed instead could be taken by a test running alongside: once
-    // the other test's worker took it and answered 404, and this worker exited 1.)
-    let refusing = tokio::net::TcpSocket::new_v4().unwrap();
-    refusing.bind(([127, 0, 0, 1], 0).into()).unwrap();
+    // Every request is refused.
+    let (_refusing, refused) = refusing_address();
     let dead = format!(
         "DefaultEndpointsProtocol=http;AccountName=devstoreaccount1;AccountKey={};\
          BlobEndpoint=http://127.0.0.1:{p}/devstoreaccount1;\
          QueueEndpoint=http://127.0.0.1:{p}/devstoreaccount1;\
          TableEndpoint=http://127.0.0.1:{p}/devstoreaccount1",
         tablevault_azure::config::EMULATOR_KEY,
-        p = refusing.local_addr().unwrap().port()
+        p = refused.port()
     );
     let (mut worker, port) = spawn_worker(&dead, "tasks");
     wait_for("the endpoint", Duration::from_secs(30), async || {
